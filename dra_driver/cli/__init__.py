@@ -1,0 +1,1 @@
+"""The user CLI ``dra-gpu`` (also ``kubectl dra-gpu``)."""

@@ -1,0 +1,98 @@
+"""CDI naming and spec content: the one place that says how our CDI files and ids look.
+
+Pure: builds the spec as data; ``dra_driver.files.cdi_store`` writes it. Called by the kubelet
+plugin's prepare logic. One transient spec per claim, named with the claim UID so a runtime's
+CDI cache can never confuse two claims; device names include the claim UID too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# 0.5.0 is the first version that allows device names starting with a digit (claim UIDs do).
+CDI_VERSION = "0.5.0"
+CDI_CLASS = "claim"
+SPEC_SUFFIX = ".json"
+TMP_PREFIX = ".dra-gpu-tmp-"
+
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+_ENV_UNSAFE = re.compile(r"[^A-Z0-9]")
+
+
+def cdi_vendor(driver: str) -> str:
+    """CDI vendor for a driver: ``k8s.<driver>``."""
+    return f"k8s.{driver}"
+
+
+def cdi_kind(driver: str) -> str:
+    """The spec's ``kind``: ``k8s.<driver>/claim``."""
+    return f"{cdi_vendor(driver)}/{CDI_CLASS}"
+
+
+def spec_file_name(driver: str, claim_uid: str) -> str:
+    """File name of a claim's spec: ``k8s.<driver>-claim_<uid>.json``."""
+    return f"{cdi_vendor(driver)}-{CDI_CLASS}_{claim_uid}{SPEC_SUFFIX}"
+
+
+def spec_file_prefix(driver: str) -> str:
+    """The prefix all of this driver's claim spec files share (for scans and cleanup)."""
+    return f"{cdi_vendor(driver)}-{CDI_CLASS}_"
+
+
+def cdi_device_name(claim_uid: str, device: str, share_id: str | None = None) -> str:
+    """``<claimUID>-<device>[-<shareID>]``."""
+    name = f"{claim_uid}-{device}" + (f"-{share_id}" if share_id else "")
+    if not _NAME_OK.match(name):
+        raise ValueError(f"CDI device name {name!r} has characters CDI does not allow")
+    return name
+
+
+def cdi_device_id(driver: str, claim_uid: str, device: str, share_id: str | None = None) -> str:
+    """Fully qualified CDI id ``k8s.<driver>/claim=<claimUID>-<device>[-<shareID>]``."""
+    return f"{cdi_kind(driver)}={cdi_device_name(claim_uid, device, share_id)}"
+
+
+def env_prefix(device: str) -> str:
+    """Env var prefix for a device: ``gpu-0`` → ``GPU_DEVICE_GPU_0``."""
+    return "GPU_DEVICE_" + _ENV_UNSAFE.sub("_", device.upper())
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceEdits:
+    """What the container gets for one prepared device."""
+
+    device: str
+    share_id: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    device_nodes: tuple[str, ...] = ()
+
+
+def claim_spec(driver: str, claim_uid: str, devices: list[DeviceEdits]) -> dict[str, Any]:
+    """The CDI spec (as JSON data) for one claim's devices."""
+    spec_devices: list[dict[str, Any]] = []
+    for d in devices:
+        edits: dict[str, Any] = {"env": [f"{k}={v}" for k, v in sorted(d.env.items())]}
+        if d.device_nodes:
+            edits["deviceNodes"] = [{"path": p} for p in d.device_nodes]
+        spec_devices.append({"name": cdi_device_name(claim_uid, d.device, d.share_id), "containerEdits": edits})
+    return {"cdiVersion": CDI_VERSION, "kind": cdi_kind(driver), "devices": spec_devices}
+
+
+def validate_spec(spec: dict[str, Any]) -> None:
+    """Check the structural rules runtimes enforce; raise ValueError naming the problem."""
+    if spec.get("cdiVersion") != CDI_VERSION:
+        raise ValueError(f"cdiVersion must be {CDI_VERSION}")
+    kind = spec.get("kind", "")
+    vendor, _, cls = kind.partition("/")
+    if not vendor or not cls or not re.match(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$", vendor):
+        raise ValueError(f"kind {kind!r} is not vendor/class")
+    names = [d.get("name", "") for d in spec.get("devices", [])]
+    if not names:
+        raise ValueError("spec has no devices")
+    if len(set(names)) != len(names):
+        raise ValueError("spec has duplicate device names")
+    for n in names:
+        if not _NAME_OK.match(n):
+            raise ValueError(f"device name {n!r} is invalid")

@@ -1,0 +1,1 @@
+"""File adapters: atomic writes, CDI spec files, the checkpoint file, the cross-process lock."""

@@ -1,0 +1,88 @@
+"""Writes and removes the per-claim CDI spec files under the CDI root.
+
+Called by the kubelet plugin's state. Specs are JSON (a format every CDI runtime reads),
+written atomically, world-readable (the container runtime reads them) but in a directory the
+plugin owns. Also scans the host's NVIDIA Container Toolkit spec for its GPU device names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from dra_driver.core.cdi import spec_file_name, spec_file_prefix
+from dra_driver.core.prepare import TOOLKIT_CDI_KIND
+from dra_driver.files.atomic import remove_durably, remove_stale_temps, write_atomic
+
+log = structlog.get_logger(__name__)
+
+
+class CdiStore:
+    """The CDI spec files of one driver under one CDI root."""
+
+    def __init__(self, root: Path, driver: str) -> None:
+        self.root = root
+        self.driver = driver
+
+    def ensure_root(self) -> None:
+        """Create the CDI root if missing and drop temp files a killed writer left behind."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for p in remove_stale_temps(self.root):
+            log.warning("cdi_stale_temp_removed", path=str(p))
+
+    def path(self, claim_uid: str) -> Path:
+        """Where a claim's spec lives."""
+        return self.root / spec_file_name(self.driver, claim_uid)
+
+    def write(self, claim_uid: str, spec: dict[str, Any]) -> Path:
+        """Write (or re-write) a claim's spec atomically."""
+        path = self.path(claim_uid)
+        write_atomic(path, json.dumps(spec, indent=1, sort_keys=True).encode() + b"\n", mode=0o644)
+        return path
+
+    def read(self, claim_uid: str) -> dict[str, Any] | None:
+        """A claim's spec as stored, or None when missing or unreadable."""
+        try:
+            data: dict[str, Any] = json.loads(self.path(claim_uid).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return data
+
+    def remove(self, claim_uid: str) -> bool:
+        """Remove a claim's spec; True if one existed."""
+        return remove_durably(self.path(claim_uid))
+
+    def claim_uids(self) -> set[str]:
+        """Claim UIDs that have a spec file of this driver."""
+        prefix = spec_file_prefix(self.driver)
+        if not self.root.is_dir():
+            return set()
+        return {p.name[len(prefix) : -len(".json")] for p in self.root.iterdir() if p.name.startswith(prefix) and p.name.endswith(".json")}
+
+
+def toolkit_device_names(roots: list[Path]) -> frozenset[str]:
+    """Device names in the host's NVIDIA Container Toolkit CDI spec(s) (kind ``nvidia.com/gpu``).
+
+    The toolkit writes YAML or JSON; YAML is a superset of JSON, so one parser reads both.
+    Unreadable files are logged and skipped.
+    """
+    import yaml  # noqa: PLC0415 - only needed on real GPU nodes
+
+    names: set[str] = set()
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for p in sorted(root.iterdir()):
+            if p.suffix not in (".yaml", ".yml", ".json") or p.name.startswith("k8s."):
+                continue
+            try:
+                doc = yaml.safe_load(p.read_text())
+            except (OSError, yaml.YAMLError) as err:
+                log.warning("toolkit_cdi_spec_unreadable", path=str(p), error=str(err))
+                continue
+            if isinstance(doc, dict) and doc.get("kind") == TOOLKIT_CDI_KIND:
+                names.update(str(d.get("name")) for d in doc.get("devices") or [] if isinstance(d, dict))
+    return frozenset(names)

@@ -1,0 +1,260 @@
+"""Raw-JSON access to ResourceSlices (resource.k8s.io/v1), Nodes and the server version.
+
+Used by the ResourceSlice publisher (``controller.publisher``) and the kubelet plugin. Every
+request and answer is plain JSON (dicts): nothing goes through the client's generated models,
+so fields this client does not know (newer servers, alpha features) are neither dropped on
+read nor stripped on write. Every failure, HTTP or transport, surfaces as one exception type,
+``KubeApiError``, so callers never see ``kubernetes`` or ``urllib3`` exception classes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+_JSON = "application/json"
+_CONNECT_TIMEOUT_S = 5.0
+_LIST_PAGE = 500
+_TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError, ApiException)
+
+
+class KubeApiError(Exception):
+    """An API call failed: ``status`` is the HTTP code (0 for transport errors, no answer)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}" if status else f"{reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def not_found(self) -> bool:
+        """HTTP 404: the object does not exist."""
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        """HTTP 409: stale resourceVersion on update, or the name already exists on create."""
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        """HTTP 410: a watch or list resourceVersion is too old; list again."""
+        return self.status == 410
+
+
+def _error(status: int, body: bytes, fallback_reason: str) -> KubeApiError:
+    """Turn an error answer (normally a ``Status`` object) into a KubeApiError."""
+    reason, message = fallback_reason, body.decode("utf-8", "replace")[:1000]
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return KubeApiError(status, reason, message)
+    if isinstance(obj, dict):
+        reason = str(obj.get("reason") or reason)
+        message = str(obj.get("message") or message)
+    return KubeApiError(status, reason, message)
+
+
+class KubeSliceApi:
+    """ResourceSlice, Node and version calls on one ``ApiClient``; thread safe."""
+
+    def __init__(self, api_client: client.ApiClient, *, request_timeout_s: float = 30.0) -> None:
+        self._client = api_client
+        self._timeout = (_CONNECT_TIMEOUT_S, request_timeout_s)
+        self._lock = threading.Lock()
+        self._watches: set[Any] = set()
+
+    # -- transport --------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: dict[str, Any] | None = None,
+        read_timeout_s: float | None = None,
+    ) -> Any:
+        """Send one request; return the raw urllib3 response (not yet read), status unchecked."""
+        headers: dict[str, str] = {"Accept": _JSON}
+        if body is not None:
+            headers["Content-Type"] = _JSON
+        try:
+            _, url, header_params, _, _ = self._client.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=query or [],
+                header_params=headers,
+                auth_settings=["BearerToken"],
+            )
+            timeout = self._timeout if read_timeout_s is None else (_CONNECT_TIMEOUT_S, read_timeout_s)
+            # Body goes straight to the REST layer as a dict (json.dumps), never through a model.
+            response = self._client.call_api(
+                method, url, header_params=header_params, body=body, _request_timeout=timeout
+            )
+        except _TRANSPORT_ERRORS as exc:
+            raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
+        return response.response
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One request whose 2xx answer is a JSON object; anything else raises KubeApiError."""
+        raw = self._send(method, path, query=query, body=body)
+        try:
+            data: bytes = raw.data
+        except _TRANSPORT_ERRORS as exc:
+            raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
+        finally:
+            raw.release_conn()
+        status = int(raw.status)
+        if not 200 <= status <= 299:
+            raise _error(status, data, str(raw.reason or "Error"))
+        try:
+            obj = json.loads(data)
+        except ValueError as exc:
+            raise KubeApiError(status, "InvalidResponse", f"answer is not JSON: {exc}") from exc
+        if not isinstance(obj, dict):
+            raise KubeApiError(status, "InvalidResponse", "answer is not a JSON object")
+        return obj
+
+    # -- ResourceSlices ---------------------------------------------------------------------
+
+    @staticmethod
+    def _selector(driver: str, node: str) -> str:
+        return f"spec.driver={driver},spec.nodeName={node}"
+
+    def list(self, driver: str, node: str) -> tuple[list[dict[str, Any]], str]:
+        """All slices of ``driver`` on ``node`` and the list's resourceVersion (to watch from)."""
+        items: list[dict[str, Any]] = []
+        cont = ""
+        while True:
+            query = [("fieldSelector", self._selector(driver, node)), ("limit", str(_LIST_PAGE))]
+            if cont:
+                query.append(("continue", cont))
+            page = self._json("GET", RESOURCE_SLICES_PATH, query=query)
+            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
+            meta = page.get("metadata") or {}
+            cont = str(meta.get("continue") or "")
+            if not cont:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create a slice; returns the object as stored."""
+        return self._json("POST", RESOURCE_SLICES_PATH, body=obj)
+
+    def update(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Replace a slice; ``obj.metadata.resourceVersion`` guards against lost updates (409)."""
+        name = str(obj["metadata"]["name"])
+        return self._json("PUT", f"{RESOURCE_SLICES_PATH}/{quote(name, safe='')}", body=obj)
+
+    def delete(self, name: str) -> None:
+        """Delete a slice; one that is already gone is not an error."""
+        try:
+            self._json("DELETE", f"{RESOURCE_SLICES_PATH}/{quote(name, safe='')}")
+        except KubeApiError as exc:
+            if not exc.not_found:
+                raise
+
+    def watch(
+        self, driver: str, node: str, resource_version: str, timeout_s: float
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Stream ``(type, object)`` events of the node's slices after ``resource_version``.
+
+        Types are ADDED, MODIFIED, DELETED and BOOKMARK. The server ends the stream after
+        ``timeout_s``; an ERROR event (e.g. 410 Gone) raises KubeApiError. ``interrupt_watches``
+        ends a blocked stream from another thread.
+        """
+        query = [
+            ("fieldSelector", self._selector(driver, node)),
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(max(1, int(timeout_s)))),
+        ]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        raw = self._send("GET", RESOURCE_SLICES_PATH, query=query, read_timeout_s=timeout_s + 30.0)
+        with self._lock:
+            self._watches.add(raw)
+        try:
+            status = int(raw.status)
+            if not 200 <= status <= 299:
+                raise _error(status, raw.data, str(raw.reason or "Error"))
+            yield from self._events(raw)
+        except _TRANSPORT_ERRORS as exc:
+            raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
+        finally:
+            with self._lock:
+                self._watches.discard(raw)
+            raw.close()
+            raw.release_conn()
+
+    @staticmethod
+    def _events(raw: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        buf = b""
+        for chunk in raw.stream(65536, decode_content=True):
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if line.strip():
+                    yield KubeSliceApi._event(line)
+        if buf.strip():
+            yield KubeSliceApi._event(buf)
+
+    @staticmethod
+    def _event(line: bytes) -> tuple[str, dict[str, Any]]:
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            raise KubeApiError(0, "InvalidWatchEvent", str(exc)) from exc
+        kind = str(event.get("type") or "")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            raise KubeApiError(int(obj.get("code") or 0), str(obj.get("reason") or "Error"), str(obj.get("message")))
+        return kind, obj
+
+    def interrupt_watches(self) -> None:
+        """End every watch stream now blocked in a read (used on shutdown); safe from any thread."""
+        with self._lock:
+            watches = list(self._watches)
+        for raw in watches:
+            try:
+                raw.shutdown()
+            except (OSError, ValueError, RuntimeError):
+                pass  # already closed or released: nothing left to interrupt
+
+    # -- Nodes and version ------------------------------------------------------------------
+
+    def node_uid(self, node: str) -> str:
+        """The UID of Node ``node`` (for the slices' owner reference); 404 if it does not exist."""
+        obj = self._json("GET", f"/api/v1/nodes/{quote(node, safe='')}")
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            raise KubeApiError(200, "InvalidResponse", f"node {node!r} has no metadata.uid")
+        return uid
+
+    def server_minor_version(self) -> int:
+        """The API server's minor version from ``/version`` (``"36"`` and ``"36+"`` both give 36)."""
+        info = self._json("GET", "/version")
+        match = re.match(r"\d+", str(info.get("minor") or ""))
+        if match is None:
+            match = re.match(r"v?\d+\.(\d+)", str(info.get("gitVersion") or ""))
+            if match is None:
+                raise KubeApiError(200, "InvalidResponse", f"cannot read a minor version from {info!r}")
+            return int(match.group(1))
+        return int(match.group(0))

@@ -1,0 +1,1 @@
+"""Observability setup shared by the apps: structured logging."""

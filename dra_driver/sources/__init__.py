@@ -1,0 +1,1 @@
+"""GPU sources (adapters): NVML through pynvml, and fake GPUs from named profiles."""

@@ -1,0 +1,1 @@
+"""End-to-end helpers: a real local Kubernetes control plane built from source."""

@@ -1,0 +1,560 @@
+"""A real, throw-away Kubernetes control plane on 127.0.0.1 for e2e tests.
+
+`LocalCluster` runs etcd and kube-apiserver (optionally kube-scheduler and
+kube-controller-manager) built from source by ``e2e/build.sh`` at the release in
+``e2e/K8S_VERSION``, with every DRA feature gate the binaries know switched on.
+There is no kubelet: ``add_node`` registers Node objects (Ready, with allocatable
+cpu/memory/pods) so the scheduler can place pods on them.
+
+Callers: the pytest e2e suite (``e2e/test_*.py``) as a context manager, and
+humans via ``python -m e2e.cluster up`` (prints a kubeconfig, runs until Ctrl-C).
+Only the standard library and the ``openssl`` CLI are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+E2E_DIR = Path(__file__).resolve().parent
+K8S_VERSION = (E2E_DIR / "K8S_VERSION").read_text().strip()
+
+# Enabled on top of every gate whose name starts with "DRA", if the binary knows
+# it; GenericWorkload is a prerequisite of DRAWorkloadResourceClaims.
+EXTRA_GATES = (
+    "ResourceHealthStatus",
+    "ResourceHealthStatusMessage",
+    "ServiceAccountTokenPodNodeInfo",
+    "GenericWorkload",
+)
+# Off-by-default API versions to serve.  The apiserver rejects versions it does
+# not know, so revisit this list when bumping K8S_VERSION.
+RUNTIME_CONFIG = (
+    "resource.k8s.io/v1beta1",
+    "resource.k8s.io/v1beta2",
+    "resource.k8s.io/v1alpha3",  # DeviceTaintRule (alpha), ResourcePoolStatusRequest
+    "scheduling.k8s.io/v1alpha2",  # Workload / PodGroup (DRAWorkloadResourceClaims)
+)
+# No kubelet posts heartbeats, so the node lifecycle controller would taint
+# every node unreachable after ~40 s; leave it out by default.
+DEFAULT_CONTROLLERS = ("*", "-node-lifecycle-controller")
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+
+
+class ClusterError(RuntimeError):
+    """A component failed to start, died, or the cluster is misused."""
+
+
+class ApiError(ClusterError):
+    """The apiserver answered a request with an HTTP error."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(f"HTTP {status}: {body.get('message', body)}")
+        self.status = status
+        self.body = body
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DRA_GPU_CACHE") or Path.home() / ".cache" / "dra-gpu")
+
+
+def bin_dir(version: str = K8S_VERSION) -> Path:
+    return cache_dir() / f"k8s-{version}" / "bin"
+
+
+def find_binaries(
+    names: Sequence[str] = BINARIES, version: str = K8S_VERSION
+) -> dict[str, Path]:
+    """Paths of the built binaries; ClusterError naming e2e/build.sh if any is missing."""
+    found = {n: bin_dir(version) / n for n in names}
+    missing = [n for n, p in found.items() if not os.access(p, os.X_OK)]
+    if missing:
+        raise ClusterError(
+            f"Kubernetes {version} binaries missing in {bin_dir(version)}: {', '.join(missing)}. "
+            f"Build them with: {E2E_DIR / 'build.sh'} (takes 15-40 min cold, then cached)"
+        )
+    return found
+
+
+@functools.cache
+def known_gates(binary: Path) -> frozenset[str]:
+    """Feature gates a component accepts (from its --help; GA/deprecated ones are hidden)."""
+    out = subprocess.run(
+        [binary, "--help"], capture_output=True, text=True, check=False
+    )
+    return frozenset(
+        re.findall(r"^\s+(\w+)=true\|false \(", out.stdout + out.stderr, re.MULTILINE)
+    )
+
+
+def default_gates(binary: Path) -> dict[str, bool]:
+    known = known_gates(binary)
+    return {g: True for g in sorted(known) if g.startswith("DRA") or g in EXTRA_GATES}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _openssl(*args: str | Path) -> None:
+    """Run openssl; str arguments are split on spaces, Path arguments are kept whole."""
+    argv = [w for a in args for w in ([str(a)] if isinstance(a, Path) else a.split())]
+    subprocess.run(["openssl", *argv], check=True, capture_output=True)
+
+
+_KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster: {{server: {server}, certificate-authority: {ca}}}
+users:
+- name: admin
+  user: {{token: {token}}}
+contexts:
+- name: e2e
+  context: {{cluster: e2e, user: admin}}
+current-context: e2e
+"""
+
+
+def _die_with_parent() -> list[str]:
+    """Command prefix making a child get SIGKILL if this process dies without stop().
+
+    (The kernel's parent-death signal follows the forking thread, so start the
+    cluster from a thread that outlives it, e.g. the main thread.)
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class _Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+
+class LocalCluster:
+    """etcd + kube-apiserver (+ scheduler, controller-manager) on random local ports.
+
+    Use as a context manager, or call ``start()``/``stop()``. All state lives in a
+    fresh temp dir that ``stop()`` removes; pass ``log_dir`` (outside it) to keep logs.
+    """
+
+    def __init__(
+        self,
+        *,
+        with_scheduler: bool = False,
+        with_controller_manager: bool = False,
+        feature_gates: Mapping[str, bool] | None = None,
+        controllers: Sequence[str] = DEFAULT_CONTROLLERS,
+        log_dir: Path | None = None,
+        ready_timeout: float = 60.0,
+        version: str = K8S_VERSION,
+    ) -> None:
+        names = list(BINARIES[:2])
+        names += ["kube-scheduler"] if with_scheduler else []
+        names += ["kube-controller-manager"] if with_controller_manager else []
+        self.binaries = find_binaries(names, version)
+        self.version = version
+        self.with_scheduler = with_scheduler
+        self.with_controller_manager = with_controller_manager
+        self.controllers = list(controllers)
+        self.ready_timeout = ready_timeout
+        self.workdir = Path(tempfile.mkdtemp(prefix="dra-gpu-k8s-"))
+        self.log_dir = log_dir or self.workdir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.feature_gates = default_gates(self.binaries["kube-apiserver"])
+        self.feature_gates.update(feature_gates or {})
+        self.token = secrets.token_hex(16)
+        self.port = free_port()
+        self.server = f"https://127.0.0.1:{self.port}"
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self.ca_file = self.workdir / "ca.crt"
+        self.etcd_url = ""
+        self.ready_seconds = 0.0  # kube-apiserver start to /readyz OK
+        self._procs: list[_Proc] = []
+        self._ssl = ssl.create_default_context()
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        try:
+            self._write_credentials()
+            self._start_etcd()
+            self._start_apiserver()
+            if self.with_scheduler:
+                self._start_component("kube-scheduler")
+            if self.with_controller_manager:
+                self._start_component("kube-controller-manager")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM every component (newest first), SIGKILL after ``timeout``; remove temp dir."""
+        for proc in reversed(self._procs):
+            if proc.popen.poll() is None:
+                proc.popen.terminate()
+        deadline = time.monotonic() + timeout
+        for proc in reversed(self._procs):
+            try:
+                proc.popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait()
+        self._procs.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """Process ids of the running components, by binary name."""
+        return {p.name: p.popen.pid for p in self._procs}
+
+    def check_alive(self) -> None:
+        """ClusterError with the log tail if any component has exited."""
+        for proc in self._procs:
+            if proc.popen.poll() is not None:
+                raise ClusterError(
+                    f"{proc.name} exited with {proc.popen.returncode}; "
+                    f"log {proc.log}:\n{_tail(proc.log)}"
+                )
+
+    # -- API helpers --------------------------------------------------------
+
+    def api(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """One REST call as the cluster admin; raises ApiError on HTTP errors."""
+        req = urllib.request.Request(
+            self.server + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": content_type,
+                "Accept": "application/json",
+            },
+        )
+        try:
+            with urllib.request.urlopen(req, context=self._ssl, timeout=30) as resp:
+                data: dict[str, Any] = json.loads(resp.read() or b"{}")
+                return data
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                detail: dict[str, Any] = json.loads(raw)
+            except ValueError:
+                detail = {"message": raw.decode(errors="replace")}
+            raise ApiError(err.code, detail) from None
+
+    def add_node(
+        self,
+        name: str,
+        labels: Mapping[str, str] | None = None,
+        cpu: str = "32",
+        memory: str = "256Gi",
+        pods: str = "110",
+    ) -> dict[str, Any]:
+        """Register a Ready Node (no kubelet behind it) that the scheduler can use."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        resources = {"cpu": cpu, "memory": memory, "pods": pods}
+        status = {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "fake node (no kubelet)",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        }
+        meta = {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+        }
+        self.api(
+            "POST",
+            "/api/v1/nodes",
+            {"apiVersion": "v1", "kind": "Node", "metadata": meta},
+        )
+        # Status is a subresource: set it explicitly so it never depends on create semantics.
+        return self.api(
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    # -- internals -----------------------------------------------------------
+
+    def _write_credentials(self) -> None:
+        """Per-run CA, apiserver serving cert, service-account keys, token and kubeconfig."""
+        w, ec = self.workdir, "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+        ca_key, key, csr, ext = (
+            w / "ca.key",
+            w / "apiserver.key",
+            w / "apiserver.csr",
+            w / "san.ext",
+        )
+        _openssl(
+            f"req -x509 {ec} -days 2 -subj /CN=dra-gpu-e2e-ca -keyout",
+            ca_key,
+            "-out",
+            self.ca_file,
+        )
+        _openssl(f"req {ec} -subj /CN=kube-apiserver -keyout", key, "-out", csr)
+        ext.write_text(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
+        )
+        _openssl(
+            "x509 -req -days 2 -CAcreateserial -in",
+            csr,
+            "-CA",
+            self.ca_file,
+            "-CAkey",
+            ca_key,
+            "-extfile",
+            ext,
+            "-out",
+            w / "apiserver.crt",
+        )
+        _openssl("ecparam -name prime256v1 -genkey -noout -out", w / "sa.key")
+        _openssl("ec -pubout -in", w / "sa.key", "-out", w / "sa.pub")
+        (w / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
+        self.kubeconfig.write_text(
+            _KUBECONFIG.format(
+                server=self.server, ca=json.dumps(str(self.ca_file)), token=self.token
+            )
+        )
+        self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
+
+    def _spawn(self, name: str, args: Sequence[str | Path]) -> _Proc:
+        log = self.log_dir / f"{name}.log"
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                [*_die_with_parent(), str(self.binaries[name]), *map(str, args)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc = _Proc(name, popen, log)
+        self._procs.append(proc)
+        return proc
+
+    def _wait(
+        self,
+        proc: _Proc,
+        url: str,
+        ctx: ssl.SSLContext | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        last = ""
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                req = urllib.request.Request(url, headers=dict(headers or {}))
+                with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+                    if resp.status == 200:
+                        return
+            except (OSError, urllib.error.URLError) as err:
+                last = str(err)
+            time.sleep(0.2)
+        raise ClusterError(
+            f"{proc.name} not healthy at {url} after {self.ready_timeout:.0f}s "
+            f"({last}); log {proc.log}:\n{_tail(proc.log)}"
+        )
+
+    def _start_etcd(self) -> None:
+        client, peer = (
+            f"http://127.0.0.1:{free_port()}",
+            f"http://127.0.0.1:{free_port()}",
+        )
+        self.etcd_url = client
+        proc = self._spawn(
+            "etcd",
+            [
+                "--name=e2e",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=e2e={peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        self._wait(proc, f"{client}/health", None)
+
+    def _gates_flag(self) -> str:
+        return "--feature-gates=" + ",".join(
+            f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items())
+        )
+
+    def _start_apiserver(self) -> None:
+        w = self.workdir
+        runtime = ",".join(f"{gv}=true" for gv in RUNTIME_CONFIG)
+        started = time.monotonic()
+        proc = self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                f"--tls-cert-file={w / 'apiserver.crt'}",
+                f"--tls-private-key-file={w / 'apiserver.key'}",
+                f"--cert-dir={w / 'apiserver-certs'}",
+                f"--token-auth-file={w / 'tokens.csv'}",
+                "--anonymous-auth=false",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={w / 'sa.pub'}",
+                f"--service-account-signing-key-file={w / 'sa.key'}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--allow-privileged=true",
+                self._gates_flag(),
+                f"--runtime-config={runtime}",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self._wait(
+            proc,
+            f"{self.server}/readyz",
+            self._ssl,
+            {"Authorization": f"Bearer {self.token}"},
+        )
+        self.ready_seconds = time.monotonic() - started
+
+    def _component_args(self, name: str, port: int) -> list[str | Path]:
+        cfg = self.kubeconfig
+        args: list[str | Path] = [
+            f"--kubeconfig={cfg}",
+            f"--authentication-kubeconfig={cfg}",
+            f"--authorization-kubeconfig={cfg}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={self.workdir / name}",
+            "--leader-elect=false",
+            self._gates_flag(),
+            "--v=1",
+        ]
+        if name == "kube-controller-manager":
+            args += [
+                f"--controllers={','.join(self.controllers)}",
+                f"--service-account-private-key-file={self.workdir / 'sa.key'}",
+                f"--root-ca-file={self.ca_file}",
+                "--use-service-account-credentials=false",
+            ]
+        return args
+
+    def _start_component(self, name: str) -> None:
+        port = free_port()
+        proc = self._spawn(name, self._component_args(name, port))
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # self-signed serving cert in --cert-dir
+        self._wait(proc, f"https://127.0.0.1:{port}/healthz", insecure)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m e2e.cluster",
+        description="Run a local Kubernetes control plane.",
+    )
+    parser.add_argument("command", choices=["up"])
+    parser.add_argument("--no-scheduler", action="store_true")
+    parser.add_argument("--no-controller-manager", action="store_true")
+    parser.add_argument(
+        "--node", action="append", default=[], help="register a fake Node"
+    )
+    parser.add_argument("--log-dir", type=Path, help="keep component logs here")
+    args = parser.parse_args(argv)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        with LocalCluster(
+            with_scheduler=not args.no_scheduler,
+            with_controller_manager=not args.no_controller_manager,
+            log_dir=args.log_dir,
+        ) as cluster:
+            for node in args.node:
+                cluster.add_node(node)
+            print(
+                f"Kubernetes {cluster.version} ready in {cluster.ready_seconds:.1f}s "
+                f"at {cluster.server}\nlogs: {cluster.log_dir}\n"
+                f"export KUBECONFIG={cluster.kubeconfig}\n(Ctrl-C to stop)",
+                flush=True,
+            )
+            while True:
+                cluster.check_alive()
+                time.sleep(1)
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 0
+    except ClusterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

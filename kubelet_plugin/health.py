@@ -1,0 +1,52 @@
+"""Liveness: a gRPC health service whose answer exercises the plugin's own sockets.
+
+Check dials the registration socket (GetInfo) and the DRA socket (an empty
+NodePrepareResources, which touches no state); SERVING only when both answer. The kubelet's
+liveness probe (gRPC) calls it; ``kubelet_plugin.main`` starts it on a TCP port.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2
+
+from proto.dra.v1 import api_pb2 as dra
+from proto.dra.v1 import api_pb2_grpc as dra_grpc
+from proto.pluginregistration import api_pb2 as reg
+from proto.pluginregistration import api_pb2_grpc as reg_grpc
+
+LIVENESS_SERVICE = "liveness"
+
+
+def probe_sockets(registration: Path, dra_socket: Path, timeout_s: float = 5.0) -> str | None:
+    """None when both sockets answer; otherwise what failed."""
+    try:
+        with grpc.insecure_channel(f"unix://{registration}") as ch:
+            info = reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=timeout_s)
+        with grpc.insecure_channel(f"unix://{dra_socket}") as ch:
+            dra_grpc.DRAPluginStub(ch).NodePrepareResources(dra.NodePrepareResourcesRequest(), timeout=timeout_s)
+    except grpc.RpcError as err:
+        return f"socket probe failed: {err.code()} {err.details()}"
+    if info.endpoint != str(dra_socket):
+        return f"registration names endpoint {info.endpoint}, expected {dra_socket}"
+    return None
+
+
+class SocketHealthServicer(health.HealthServicer):
+    """Health whose ``""`` and ``liveness`` services reflect a live probe of the sockets."""
+
+    def __init__(self, registration: Path, dra_socket: Path) -> None:
+        super().__init__()
+        self._reg = registration
+        self._dra = dra_socket
+
+    def Check(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
+        """Probe the sockets for the liveness service; other services as registered."""
+        if request.service in ("", LIVENESS_SERVICE):
+            problem = probe_sockets(self._reg, self._dra)
+            status = health_pb2.HealthCheckResponse.NOT_SERVING if problem else health_pb2.HealthCheckResponse.SERVING
+            return health_pb2.HealthCheckResponse(status=status)
+        return super().Check(request, context)

@@ -1,0 +1,146 @@
+"""Entry point of ``dra-gpu-kubelet-plugin``: wires settings, GPU source, state, sockets, publisher.
+
+Lifecycle: load GPUs → recover the checkpoint → start the DRA socket, then the registration
+socket (the kubelet may dial as soon as it sees it) → health → slice publisher. On SIGTERM:
+health NOT_SERVING, registration socket removed first (the kubelet deregisters), in-flight
+calls finish (grace), DRA socket removed, publisher stopped.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+import grpc
+import structlog
+from grpc_health.v1 import health_pb2_grpc
+
+from dra_driver.core.schema import node_devices
+from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
+from dra_driver.files.checkpoint_store import CheckpointStore, Notice, read_boot_id
+from dra_driver.obs.logs import configure_logging
+from dra_driver.sources.select import make_source
+from kubelet_plugin.health import SocketHealthServicer
+from kubelet_plugin.registration import RegistrationServicer
+from kubelet_plugin.servicer import add_dra_services
+from kubelet_plugin.settings import Settings, parse
+from kubelet_plugin.sockets import SocketPaths, secure_socket, unix_server
+from kubelet_plugin.state import DeviceState
+from proto.pluginregistration import api_pb2_grpc as reg_grpc
+
+log = structlog.get_logger(__name__)
+
+SHUTDOWN_GRACE_S = 10.0
+COMPONENT = "dra-gpu-kubelet-plugin"
+TOOLKIT_SPEC_DIR = Path("/etc/cdi")  # where nvidia-ctk writes its spec besides /var/run/cdi
+
+
+def run(settings: Settings, stop: threading.Event) -> int:
+    """Run the plugin until ``stop`` is set; return the exit code."""
+    structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
+    source = make_source(fake_gpus=settings.fake_gpus, node_name=settings.node_name)
+    gpus = source.gpus()
+    log.info("gpus_found", source=source.describe(), count=len(gpus), uuids=[g.uuid for g in gpus])
+
+    from dra_driver.kube.claims_api import KubeClaimApi  # noqa: PLC0415 - keep start-up import cheap for --help
+    from dra_driver.kube.client import load_api_client  # noqa: PLC0415
+
+    api_client = load_api_client(settings.kubeconfig)
+    claims = KubeClaimApi(api_client)
+
+    def notify(n: Notice) -> None:
+        claims.node_event(node_name=settings.node_name, reason=n.reason, message=n.message, warning=n.warning, component=COMPONENT)
+
+    settings.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+    real = settings.fake_gpus is None
+    state = DeviceState(
+        driver=settings.driver_name,
+        node_name=settings.node_name,
+        gpus=gpus,
+        claims=claims,
+        cdi=CdiStore(settings.cdi_root, settings.driver_name),
+        checkpoints=CheckpointStore(settings.plugin_dir, read_boot_id(settings.boot_id_file)),
+        lock_path=settings.plugin_dir / "serialize.lock",
+        device_nodes=real,
+        toolkit_devices=toolkit_device_names([settings.cdi_root, TOOLKIT_SPEC_DIR]) if real else frozenset(),
+        notify=notify,
+    )
+    state.startup()
+
+    paths = SocketPaths.for_plugin(
+        driver=settings.driver_name, registrar_dir=settings.registrar_dir, plugin_dir=settings.plugin_dir, pod_uid=settings.pod_uid
+    )
+    dra_server = unix_server(paths.dra)
+    add_dra_services(dra_server, state)
+    dra_server.start()
+    secure_socket(paths.dra)
+
+    registration = RegistrationServicer(settings.driver_name, str(paths.dra))
+    reg_server = unix_server(paths.registration, max_workers=2)
+    reg_grpc.add_RegistrationServicer_to_server(registration, reg_server)
+    reg_server.start()
+    secure_socket(paths.registration)
+    log.info("sockets_listening", registration=str(paths.registration), dra=str(paths.dra))
+
+    health_server: grpc.Server | None = None
+    health_servicer = SocketHealthServicer(paths.registration, paths.dra)
+    if settings.healthcheck_port >= 0:
+        from concurrent import futures  # noqa: PLC0415
+
+        health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        port = health_server.add_insecure_port(f"{settings.healthcheck_address}:{settings.healthcheck_port}")
+        health_server.start()
+        log.info("health_listening", port=port)
+
+    publisher_thread: threading.Thread | None = None
+    if settings.publish_slices:
+        from controller.publisher import SlicePublisher  # noqa: PLC0415
+        from dra_driver.kube.slices_api import KubeSliceApi  # noqa: PLC0415
+
+        publisher = SlicePublisher(KubeSliceApi(api_client), settings.driver_name, settings.node_name)
+        publisher.set_devices(node_devices(gpus))
+        publisher_thread = threading.Thread(target=publisher.run, args=(stop,), name="slice-publisher", daemon=True)
+        publisher_thread.start()
+
+    log.info("plugin_started")
+    stop.wait()
+
+    log.info("plugin_stopping")
+    health_servicer.enter_graceful_shutdown()
+    paths.registration.unlink(missing_ok=True)  # the kubelet's watcher deregisters us
+    reg_server.stop(grace=1.0).wait()
+    dra_server.stop(grace=SHUTDOWN_GRACE_S).wait()  # refuse new calls, let in-flight ones finish
+    paths.dra.unlink(missing_ok=True)
+    if health_server is not None:
+        health_server.stop(grace=1.0).wait()
+    if publisher_thread is not None:
+        publisher_thread.join(timeout=5.0)
+    log.info("plugin_stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script entry."""
+    settings = parse(argv)
+    configure_logging(settings.log_level)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        del frame
+        log.info("signal_received", signal=signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    try:
+        return run(settings, stop)
+    except Exception:
+        log.exception("plugin_failed")
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

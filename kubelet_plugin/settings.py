@@ -1,0 +1,83 @@
+"""The kubelet plugin's settings: one frozen dataclass from flags, each flag also an env var.
+
+Parsed once by ``kubelet_plugin.main``; mirrored by the Helm chart's values. Defaults follow
+the kubelet's conventions (socket directories) and the CDI runtimes' (``/var/run/cdi``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
+from dra_driver.sources.fake import PROFILES
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the plugin needs to start."""
+
+    node_name: str
+    driver_name: str
+    fake_gpus: str | None
+    registrar_dir: Path
+    plugin_dir: Path
+    cdi_root: Path
+    kubeconfig: str | None
+    pod_uid: str | None
+    healthcheck_port: int
+    healthcheck_address: str
+    publish_slices: bool
+    log_level: str
+    boot_id_file: Path
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+def parse(argv: list[str] | None = None) -> Settings:
+    """Parse flags (env vars as defaults); exit with a message naming a bad value."""
+    p = argparse.ArgumentParser(prog="dra-gpu-kubelet-plugin", description="dra-gpu kubelet plugin (DRA driver for GPUs)")
+    p.add_argument("--node-name", default=_env("NODE_NAME"), help="this node's name [NODE_NAME] (required)")
+    p.add_argument("--driver-name", default=_env("DRIVER_NAME", DEFAULT_DRIVER_NAME), help="DRA driver name [DRIVER_NAME]")
+    p.add_argument("--fake-gpus", default=_env("FAKE_GPUS"), help=f"fake GPU profile instead of NVML: {', '.join(sorted(PROFILES))} [FAKE_GPUS]")
+    p.add_argument("--registrar-dir", default=_env("REGISTRAR_DIR", "/var/lib/kubelet/plugins_registry"), help="kubelet plugin registration dir [REGISTRAR_DIR]")
+    p.add_argument("--plugin-dir", default=_env("PLUGIN_DIR"), help="DRA socket and state dir, default /var/lib/kubelet/plugins/<driver> [PLUGIN_DIR]")
+    p.add_argument("--cdi-root", default=_env("CDI_ROOT", "/var/run/cdi"), help="where CDI specs are written [CDI_ROOT]")
+    p.add_argument("--kubeconfig", default=_env("KUBECONFIG"), help="kubeconfig; in-cluster config when absent [KUBECONFIG]")
+    p.add_argument("--pod-uid", default=_env("POD_UID"), help="this pod's UID, for per-pod socket names during rolling updates [POD_UID]")
+    p.add_argument("--healthcheck-port", type=int, default=int(_env("HEALTHCHECK_PORT", "51515") or 51515), help="gRPC health port, 0 = any, -1 = off [HEALTHCHECK_PORT]")
+    p.add_argument("--healthcheck-address", default=_env("HEALTHCHECK_ADDRESS", "[::]"), help="gRPC health bind address [HEALTHCHECK_ADDRESS]")
+    p.add_argument("--publish-slices", default=_env("PUBLISH_SLICES", "true"), choices=["true", "false"], help="publish this node's ResourceSlices [PUBLISH_SLICES]")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="debug, info, warning, error [LOG_LEVEL]")
+    p.add_argument("--boot-id-file", default=_env("BOOT_ID_FILE", "/proc/sys/kernel/random/boot_id"), help="where the node boot id is read [BOOT_ID_FILE]")
+    a = p.parse_args(argv)
+    if not a.node_name:
+        p.error("--node-name (or NODE_NAME) is required")
+    try:
+        driver = validate_driver_name(a.driver_name)
+    except ValueError as err:
+        p.error(f"--driver-name: {err}")
+    if a.fake_gpus and a.fake_gpus not in PROFILES:
+        p.error(f"--fake-gpus: unknown profile {a.fake_gpus!r}; known: {', '.join(sorted(PROFILES))}")
+    if a.pod_uid is not None and not all(c.isalnum() or c == "-" for c in a.pod_uid):
+        p.error(f"--pod-uid: {a.pod_uid!r} is not a UID")
+    return Settings(
+        node_name=a.node_name,
+        driver_name=driver,
+        fake_gpus=a.fake_gpus or None,
+        registrar_dir=Path(a.registrar_dir).absolute(),
+        plugin_dir=Path(a.plugin_dir or f"/var/lib/kubelet/plugins/{driver}").absolute(),
+        cdi_root=Path(a.cdi_root).absolute(),
+        kubeconfig=a.kubeconfig or None,
+        pod_uid=a.pod_uid or None,
+        healthcheck_port=a.healthcheck_port,
+        healthcheck_address=a.healthcheck_address,
+        publish_slices=a.publish_slices == "true",
+        log_level=a.log_level,
+        boot_id_file=Path(a.boot_id_file),
+    )
