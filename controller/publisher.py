@@ -41,7 +41,7 @@ class SliceApi(Protocol):
     """What the publisher needs from the API server (``dra_driver.kube.slices_api.KubeSliceApi``)."""
 
     def list(self, driver: str, node: str) -> tuple[list[dict[str, Any]], str]:
-        """The node's slices of ``driver`` and the list's resourceVersion."""
+        """Return the node's slices of ``driver`` and the list's resourceVersion."""
         ...
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -67,11 +67,11 @@ class SliceApi(Protocol):
         ...
 
     def node_uid(self, node: str) -> str:
-        """The Node's UID, for the owner reference."""
+        """Return the Node's UID, for the owner reference."""
         ...
 
     def server_minor_version(self) -> int:
-        """The API server's minor version."""
+        """Return the API server's minor version."""
         ...
 
 
@@ -93,7 +93,7 @@ class ReconcileResult:
 
 
 class Backoff:
-    """Capped exponential backoff with jitter: ``initial``, ×2 per failure, at most ``cap``.
+    """Capped exponential backoff with jitter: ``initial``, doubled per failure, at most ``cap``.
 
     Each delay is drawn from [d/2, d] so that many nodes failing together spread out.
     """
@@ -105,7 +105,7 @@ class Backoff:
         self._failures = 0
 
     def next(self) -> float:
-        """The delay before the next attempt; each call counts one more failure."""
+        """Return the delay before the next attempt; each call counts one more failure."""
         base = min(self._cap, self._initial * (2.0 ** min(self._failures, 32)))
         self._failures += 1
         return base * (0.5 + 0.5 * self._rng())
@@ -151,6 +151,7 @@ class SlicePublisher:
         self._watch_rv: str | None = None
         self._node_uid: str | None = None
         self._server_minor: int | None = None
+        self._generation = 0  # the pool generation last written
         self._error: str | None = None
         self._dropped: dict[str, list[str]] = {}
 
@@ -238,7 +239,13 @@ class SlicePublisher:
         self, existing: list[dict[str, Any]], contents: list[SliceContent], uid: str | None, sent: dict[str, SentRecord]
     ) -> PoolPlan:
         return plan_pool(
-            existing=existing, desired=contents, driver=self._driver, node_name=self._node, node_uid=uid, sent=sent
+            existing=existing,
+            desired=contents,
+            driver=self._driver,
+            node_name=self._node,
+            node_uid=uid,
+            sent=sent,
+            last_generation=self._generation,
         )
 
     def _counters_supported(self) -> bool:
@@ -276,6 +283,7 @@ class SlicePublisher:
         for name in plan.delete:
             if name not in replaced:
                 self._delete(name)
+        self._generation = plan.generation
 
     def _delete(self, name: str) -> None:
         with self._lock:
@@ -401,5 +409,5 @@ class SlicePublisher:
             record = self._sent.get(name)
             if kind in ("ADDED", "MODIFIED") and record is not None and record.resource_version == rv:
                 return  # our own write
-        self._log.info("slice_changed", slice=name, event=kind)
+        self._log.info("slice_changed", slice=name, watch_event=kind)
         self._wake.set()

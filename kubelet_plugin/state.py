@@ -32,6 +32,7 @@ from dra_driver.core.prepare import plan_claim
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
 from dra_driver.files.lock import LockTimeout, file_lock
+from kubelet_plugin.faults import crash_point
 
 log = structlog.get_logger(__name__)
 
@@ -186,11 +187,14 @@ class DeviceState:
         started = ClaimEntry(ClaimState.PREPARE_STARTED, ref.namespace, ref.name)
         cp = cp.with_claim(ref.uid, started)
         self._store.save(cp)
+        crash_point("after_prepare_started")
         try:
             self._cdi.write(ref.uid, plan.cdi_spec)
+            crash_point("after_cdi_written")
             done = ClaimEntry(ClaimState.PREPARE_COMPLETED, ref.namespace, ref.name, plan.devices, plan.cdi_spec)
             cp = cp.with_claim(ref.uid, done)
             self._store.save(cp)
+            crash_point("after_prepare_completed")
         except OSError as err:
             cp = self._rollback(cp, ref.uid)
             bound.error("prepare_failed", error=str(err))
@@ -202,6 +206,7 @@ class DeviceState:
     def _rollback(self, cp: Checkpoint, uid: str) -> Checkpoint:
         """Undo whatever a claim's preparation did (today: its CDI file), then forget it."""
         self._cdi.remove(uid)
+        crash_point("after_unprepare_cdi_removed")
         cp = cp.without_claim(uid)
         self._store.save(cp)
         return cp

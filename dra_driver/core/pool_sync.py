@@ -4,7 +4,7 @@ Pure: no I/O. Called by the ResourceSlice publisher (``controller.publisher``) w
 it listed and the contents from ``split_pool``; the publisher performs the planned writes.
 
 The rules follow the upstream resourceslice controller: the pool generation is the highest
-generation among the existing slices; when anything differs (device content, slice count,
+generation among the existing slices (or the last one written, if higher); when anything differs (device content, slice count,
 obsolete or lower-generation slices, owner or node fields) the generation goes up by one and
 every slice of the pool is written with it and with the exact ``resourceSliceCount``;
 obsolete slices are deleted. When everything matches, nothing is written.
@@ -73,18 +73,22 @@ def _generation(obj: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) else 0
 
 
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, Mapping | list | tuple) and len(value) == 0)
+
+
 def _prune(value: Any) -> Any:
     """Drop None and empty lists/dicts recursively (the server omits them)."""
     if isinstance(value, Mapping):
         out = {k: _prune(v) for k, v in value.items()}
-        return {k: v for k, v in out.items() if v is not None and v != {} and v != []}
+        return {k: v for k, v in out.items() if not _is_empty(v)}
     if isinstance(value, list | tuple):
         return [_prune(v) for v in value]
     return value
 
 
 def _device_view(device: Any) -> Any:
-    """A device without ``taints[].timeAdded``, which the server fills in."""
+    """Return ``device`` without ``taints[].timeAdded``, which the server fills in."""
     if not isinstance(device, Mapping) or not isinstance(device.get("taints"), list):
         return device
     taints = [
@@ -94,7 +98,7 @@ def _device_view(device: Any) -> Any:
 
 
 def owned_view(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a slice the publisher owns, normalized for comparison."""
+    """Return the fields of a slice the publisher owns, normalized for comparison."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     owners = [
@@ -118,7 +122,7 @@ def owned_view(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _matches(existing: Mapping[str, Any], wanted: Mapping[str, Any], sent: Mapping[str, SentRecord]) -> bool:
-    """True when ``existing`` holds what ``wanted`` asks for (directly, or as last sent)."""
+    """Tell whether ``existing`` holds what ``wanted`` asks for (directly, or as last sent)."""
     if owned_view(existing) == owned_view(wanted):
         return True
     record = sent.get(_name(existing))
@@ -145,12 +149,15 @@ def plan_pool(
     node_name: str,
     node_uid: str | None,
     sent: Mapping[str, SentRecord] | None = None,
+    last_generation: int = 0,
 ) -> PoolPlan:
     """Plan the writes that make the pool of ``driver`` on ``node_name`` equal ``desired``.
 
     ``existing`` are the slices listed with ``spec.driver=<driver>,spec.nodeName=<node>``;
     slices of other drivers or nodes in it are ignored. ``sent`` maps slice names to what the
-    publisher last wrote (see the module docstring). Returns an empty plan at steady state.
+    publisher last wrote (see the module docstring). ``last_generation`` is the generation the
+    publisher last wrote: new writes go above it too, so a pool wiped entirely (no slices left
+    to read a generation from) still moves forward. Returns an empty plan at steady state.
     """
     sent = sent or {}
     ours = [
@@ -180,7 +187,7 @@ def plan_pool(
     if not reasons:
         return PoolPlan(generation=current)
 
-    generation = current + 1
+    generation = max(current, last_generation) + 1
     wanted = slice_objects(
         driver=driver, node_name=node_name, contents=contents, generation=generation, node_uid=node_uid
     )
@@ -203,7 +210,7 @@ def dropped_fields(sent_spec: Any, stored_spec: Any, path: str = "spec") -> list
             return out
         for key, value in sent_spec.items():
             child = f"{path}.{key}"
-            if value is None or value == {} or value == []:
+            if _is_empty(value):
                 continue
             if key not in stored_spec:
                 out.append(child)

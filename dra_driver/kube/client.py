@@ -10,7 +10,7 @@ from kubernetes import client, config
 
 
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
-    """An ApiClient for ``kubeconfig`` (a file path), or for the pod's service account when None.
+    """Return an ApiClient for ``kubeconfig`` (a file path), or for the pod's service account when None.
 
     The kubeconfig is never written back (token refreshes stay in memory). Raises
     ``kubernetes.config.ConfigException`` when the configuration cannot be loaded.

@@ -9,6 +9,7 @@ read nor stripped on write. Every failure, HTTP or transport, surfaces as one ex
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -233,15 +234,14 @@ class KubeSliceApi:
         with self._lock:
             watches = list(self._watches)
         for raw in watches:
-            try:
+            # Already closed or released: nothing left to interrupt.
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
                 raw.shutdown()
-            except (OSError, ValueError, RuntimeError):
-                pass  # already closed or released: nothing left to interrupt
 
     # -- Nodes and version ------------------------------------------------------------------
 
     def node_uid(self, node: str) -> str:
-        """The UID of Node ``node`` (for the slices' owner reference); 404 if it does not exist."""
+        """Return the UID of Node ``node`` (for the slices' owner reference); 404 if it does not exist."""
         obj = self._json("GET", f"/api/v1/nodes/{quote(node, safe='')}")
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         if not uid:
@@ -249,7 +249,7 @@ class KubeSliceApi:
         return uid
 
     def server_minor_version(self) -> int:
-        """The API server's minor version from ``/version`` (``"36"`` and ``"36+"`` both give 36)."""
+        """Return the API server's minor version from ``/version`` (``"36"`` and ``"36+"`` both give 36)."""
         info = self._json("GET", "/version")
         match = re.match(r"\d+", str(info.get("minor") or ""))
         if match is None:

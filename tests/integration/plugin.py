@@ -1,0 +1,137 @@
+"""Runs the real ``dra-gpu-kubelet-plugin`` process and talks to it as the kubelet does.
+
+Used by the integration tests: the client is generated from ``proto/``, the sockets are the
+daemon's own, and claims live in the real API server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from proto.dra.v1 import api_pb2 as v1
+from proto.dra.v1 import api_pb2_grpc as v1_grpc
+from proto.dra.v1beta1 import api_pb2 as v1beta1
+from proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from proto.pluginregistration import api_pb2 as reg
+from proto.pluginregistration import api_pb2_grpc as reg_grpc
+from tests.claimdata import DRIVER
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class PluginProcess:
+    """One plugin daemon with its own registrar, plugin and CDI dirs under ``base``."""
+
+    def __init__(self, base: Path, *, kubeconfig: Path, node: str = "node-a", profile: str = "h100x8", publish: bool = False) -> None:
+        self.base = base
+        self.registrar = base / "plugins_registry"
+        self.plugin_dir = base / "plugins" / DRIVER
+        self.cdi = base / "cdi"
+        self.boot_id = base / "boot_id"
+        self.log = base / "plugin.log"
+        self.kubeconfig = kubeconfig
+        self.node = node
+        self.profile = profile
+        self.publish = publish
+        self.proc: subprocess.Popen[bytes] | None = None
+        if not self.boot_id.exists():
+            self.boot_id.write_text("boot-1\n")
+
+    @property
+    def reg_socket(self) -> Path:
+        return self.registrar / f"{DRIVER}-reg.sock"
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / "dra.sock"
+
+    def start(self, *, crash_at: str | None = None, timeout: float = 20.0) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("DRA_GPU_CRASH_AT", None)
+        if crash_at:
+            env["DRA_GPU_CRASH_AT"] = crash_at
+        args = [
+            sys.executable, "-m", "kubelet_plugin.main",
+            "--node-name", self.node, "--driver-name", DRIVER, "--fake-gpus", self.profile,
+            "--registrar-dir", str(self.registrar), "--plugin-dir", str(self.plugin_dir), "--cdi-root", str(self.cdi),
+            "--kubeconfig", str(self.kubeconfig), "--healthcheck-port", "0", "--healthcheck-address", "127.0.0.1",
+            "--publish-slices", "true" if self.publish else "false", "--boot-id-file", str(self.boot_id), "--log-level", "debug",
+        ]
+        started_before = self._started_count()
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"plugin exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            if self._started_count() > started_before:  # sockets of a killed run may linger; wait for this one
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"plugin sockets did not appear in {timeout}s:\n{self.log.read_text()[-3000:]}")
+
+    def _started_count(self) -> int:
+        return sum(1 for e in self.logs() if e.get("event") == "plugin_started") if self.log.exists() else 0
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait; returns the exit code (None if it had to be killed)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def wait_exit(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def logs(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    # -- the kubelet's side -------------------------------------------------------------------
+
+    def get_info(self) -> Any:
+        with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:
+            return reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=10)
+
+    def notify(self, registered: bool, error: str = "") -> None:
+        with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:
+            reg_grpc.RegistrationStub(ch).NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=registered, error=error), timeout=10)
+
+    def prepare(self, claims: list[tuple[str, str, str]], version: str = "v1") -> Any:
+        pb, stub = (v1, v1_grpc.DRAPluginStub) if version == "v1" else (v1beta1, v1beta1_grpc.DRAPluginStub)
+        req = pb.NodePrepareResourcesRequest(claims=[pb.Claim(namespace=ns, uid=uid, name=n) for ns, uid, n in claims])
+        with grpc.insecure_channel(f"unix://{self.dra_socket}") as ch:
+            return stub(ch).NodePrepareResources(req, timeout=45)
+
+    def unprepare(self, claims: list[tuple[str, str, str]], version: str = "v1") -> Any:
+        pb, stub = (v1, v1_grpc.DRAPluginStub) if version == "v1" else (v1beta1, v1beta1_grpc.DRAPluginStub)
+        req = pb.NodeUnprepareResourcesRequest(claims=[pb.Claim(namespace=ns, uid=uid, name=n) for ns, uid, n in claims])
+        with grpc.insecure_channel(f"unix://{self.dra_socket}") as ch:
+            return stub(ch).NodeUnprepareResources(req, timeout=45)
+
+    def cdi_files(self) -> list[str]:
+        return sorted(p.name for p in self.cdi.iterdir()) if self.cdi.exists() else []

@@ -1,0 +1,158 @@
+"""The real plugin daemon, driven over its unix sockets the way the kubelet drives it.
+
+Claims live in a real kube-apiserver (built from source); the client is generated from proto/.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import uuid
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from e2e.cluster import LocalCluster
+from kubelet_plugin.faults import POINTS
+from tests.claimdata import DRIVER
+from tests.integration.claims import create_allocated_claim
+from tests.integration.plugin import PluginProcess
+
+
+def name() -> str:
+    return f"c-{uuid.uuid4().hex[:8]}"
+
+
+def answer(resp: object, uid: str) -> tuple[str, list[tuple[list[str], str, str, list[str]]]]:
+    c = resp.claims[uid]  # type: ignore[attr-defined]
+    return c.error, [(list(d.request_names), d.pool_name, d.device_name, list(d.cdi_device_ids)) for d in c.devices]
+
+
+def test_registration_info_names_the_dra_socket_and_versions(plugin: PluginProcess) -> None:
+    """GetInfo: type DRAPlugin, our driver, the absolute DRA socket, v1 listed before v1beta1."""
+    info = plugin.get_info()
+    assert ("DRAPlugin", DRIVER, str(plugin.dra_socket)) == (info.type, info.name, info.endpoint)
+    assert ["v1.DRAPlugin", "v1beta1.DRAPlugin"] == list(info.supported_versions)
+    plugin.notify(True)
+    plugin.notify(False, "test rejection")
+    events = [e["event"] for e in plugin.logs()]
+    assert "plugin_registered" in events and "plugin_registration_failed" in events
+
+
+def test_sockets_are_owner_only(plugin: PluginProcess) -> None:
+    """Nobody but the owner (root on a node) can talk to the plugin."""
+    for sock in (plugin.reg_socket, plugin.dra_socket):
+        mode = sock.stat().st_mode
+        assert stat.S_ISSOCK(mode)
+        assert 0o600 == mode & 0o777
+
+
+def test_kubelet_sequence_over_v1_and_v1beta1(plugin: PluginProcess, apiserver: LocalCluster) -> None:
+    """prepare, prepare again, unprepare, unprepare again; both API versions at the upstream paths."""
+    ns, uid, n = create_allocated_claim(apiserver, name=name(), devices=["gpu-2", "gpu-5"], requests=["gpus", "gpus"])
+    err, devices = answer(plugin.prepare([(ns, uid, n)]), uid)
+    assert "" == err
+    expected = [(["gpus"], "node-a", "gpu-2", [f"k8s.{DRIVER}/claim={uid}-gpu-2"]), (["gpus"], "node-a", "gpu-5", [f"k8s.{DRIVER}/claim={uid}-gpu-5"])]
+    assert expected == devices
+    assert (err, devices) == answer(plugin.prepare([(ns, uid, n)], version="v1beta1"), uid)
+    spec = json.loads((plugin.cdi / f"k8s.{DRIVER}-claim_{uid}.json").read_text())
+    assert {f"{uid}-gpu-2", f"{uid}-gpu-5"} == {d["name"] for d in spec["devices"]}
+    assert "" == plugin.unprepare([(ns, uid, n)]).claims[uid].error
+    assert [] == plugin.cdi_files()
+    assert "" == plugin.unprepare([(ns, uid, n)], version="v1beta1").claims[uid].error
+
+
+def test_bad_inputs_get_per_claim_errors_and_leave_no_state(plugin: PluginProcess, apiserver: LocalCluster) -> None:
+    """Unknown claim, malformed UID, other node, other driver, garbage config: clear errors, nothing written."""
+    bad_cfg = [{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {"apiVersion": "resource.dra-gpu.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "Magic"}}}}]
+    cases = {
+        "garbage-config": create_allocated_claim(apiserver, name=name(), config=bad_cfg),
+        "other-node": create_allocated_claim(apiserver, name=name(), node="node-b"),
+        "other-driver": create_allocated_claim(apiserver, name=name(), driver="gpu.nvidia.com"),
+        "unknown-claim": ("default", str(uuid.uuid4()), "does-not-exist"),
+        "malformed-uid": ("default", "../../../etc", "whatever"),
+    }
+    resp = plugin.prepare(list(cases.values()))
+    errors = {k: resp.claims[v[1]].error for k, v in cases.items()}
+    assert "sharing.strategy: unknown value 'Magic'" in errors["garbage-config"]
+    assert "not this node's pool 'node-a'" in errors["other-node"]
+    assert "no allocation results for driver" in errors["other-driver"]
+    assert "not found" in errors["unknown-claim"]
+    assert "not a valid Kubernetes UID" in errors["malformed-uid"]
+    assert [] == plugin.cdi_files()
+    ckpt = json.loads((plugin.plugin_dir / "checkpoint.json").read_text()) if (plugin.plugin_dir / "checkpoint.json").exists() else {"data": {"claims": {}}}
+    assert {} == ckpt["data"]["claims"]
+    assert plugin.proc is not None and plugin.proc.poll() is None  # the daemon is still up
+
+
+def test_restart_between_prepare_and_unprepare_keeps_the_answer(plugin: PluginProcess, apiserver: LocalCluster) -> None:
+    """A restarted plugin answers a repeated prepare identically and unprepares what the old one prepared."""
+    ref = create_allocated_claim(apiserver, name=name(), devices=["gpu-1"])
+    first = answer(plugin.prepare([ref]), ref[1])
+    assert 0 == plugin.stop()
+    assert not plugin.reg_socket.exists() and not plugin.dra_socket.exists()  # removed on SIGTERM
+    plugin.start()
+    assert first == answer(plugin.prepare([ref]), ref[1])
+    assert "" == plugin.unprepare([ref]).claims[ref[1]].error
+    plugin.stop()
+    plugin.start()
+    assert [] == plugin.cdi_files()
+    assert "" == plugin.unprepare([ref]).claims[ref[1]].error
+
+
+@pytest.mark.parametrize("point", [p for p in POINTS if "prepare" in p and "unprepare" not in p])
+def test_kill_9_during_prepare_then_restart_gives_the_same_answer(plugin: PluginProcess, apiserver: LocalCluster, point: str) -> None:
+    """kill -9 at each step of prepare; after restart the answer is the same and exactly one CDI file exists."""
+    ref = create_allocated_claim(apiserver, name=name(), devices=["gpu-4"])
+    reference = answer(plugin.prepare([ref]), ref[1])
+    plugin.unprepare([ref])
+    plugin.stop()
+    plugin.start(crash_at=point)
+    with pytest.raises(grpc.RpcError):
+        plugin.prepare([ref])
+    assert -9 == plugin.wait_exit()
+    plugin.start()
+    assert reference == answer(plugin.prepare([ref]), ref[1])
+    assert [f"k8s.{DRIVER}-claim_{ref[1]}.json"] == plugin.cdi_files()  # no duplicate, no temp file
+    assert "" == plugin.unprepare([ref]).claims[ref[1]].error
+    assert [] == plugin.cdi_files()
+
+
+def test_kill_9_during_unprepare_then_restart_finishes_it(plugin: PluginProcess, apiserver: LocalCluster) -> None:
+    """A kill between removing the CDI file and forgetting the claim is finished by the next unprepare."""
+    ref = create_allocated_claim(apiserver, name=name(), devices=["gpu-6"])
+    plugin.stop()
+    plugin.start(crash_at="after_unprepare_cdi_removed")
+    assert "" == answer(plugin.prepare([ref]), ref[1])[0]
+    with pytest.raises(grpc.RpcError):
+        plugin.unprepare([ref])
+    plugin.wait_exit()
+    plugin.start()
+    assert "" == plugin.unprepare([ref]).claims[ref[1]].error
+    assert [] == plugin.cdi_files()
+    assert {} == json.loads((plugin.plugin_dir / "checkpoint.json").read_text())["data"]["claims"]
+
+
+def test_corrupt_checkpoint_is_recovered_not_crash_looped(plugin: PluginProcess, apiserver: LocalCluster) -> None:
+    """The plugin starts on a corrupt checkpoint, recovers the last good generation, and says so."""
+    ref = create_allocated_claim(apiserver, name=name(), devices=["gpu-7"])
+    first = answer(plugin.prepare([ref]), ref[1])
+    other = create_allocated_claim(apiserver, name=name(), devices=["gpu-0"])
+    plugin.prepare([other])  # one more generation, so .prev holds the first claim
+    plugin.stop()
+    (plugin.plugin_dir / "checkpoint.json").write_text('{"apiVersion": "checkpoint.dra-gpu.dev/v1", "data": 1')
+    plugin.start()
+    assert first == answer(plugin.prepare([ref]), ref[1])
+    notices = [e for e in plugin.logs() if e["event"] == "checkpoint_notice"]
+    assert ["CheckpointRecovered"] == [e["reason"] for e in notices]
+    events = apiserver.api("GET", "/api/v1/namespaces/default/events")["items"]
+    assert any(e["reason"] == "CheckpointRecovered" and e["involvedObject"]["name"] == "node-a" for e in events)
+
+
+def test_health_probe_exercises_the_sockets(plugin: PluginProcess) -> None:
+    """The liveness service answers SERVING through a real probe of both sockets."""
+    port = next(e["port"] for e in plugin.logs() if e["event"] == "health_listening")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="liveness"), timeout=10)
+    assert health_pb2.HealthCheckResponse.SERVING == resp.status

@@ -1,0 +1,174 @@
+"""Prepare/unprepare state transitions, in process, with real files in a temp dir."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from dra_driver.core.cdi import validate_spec
+from dra_driver.core.checkpoint import ClaimEntry, ClaimState
+from dra_driver.core.config import API_VERSION
+from dra_driver.files.cdi_store import CdiStore
+from dra_driver.files.checkpoint_store import CheckpointStore
+from dra_driver.sources.fake import FakeGpuSource
+from kubelet_plugin.state import ClaimRef, DeviceState
+from tests.claimdata import DRIVER, allocated_claim, new_uid
+
+
+class Claims:
+    """An in-memory claim reader for unit tests (integration tests use the real API server)."""
+
+    def __init__(self) -> None:
+        self.objs: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(self, obj: dict[str, Any]) -> ClaimRef:
+        m = obj["metadata"]
+        self.objs[(m["namespace"], m["name"])] = obj
+        return ClaimRef(m["namespace"], m["uid"], m["name"])
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return self.objs[(namespace, name)]
+        except KeyError:
+            raise LookupError(f"claim {namespace}/{name} not found") from None
+
+
+def make_state(tmp_path: Path, claims: Claims, boot: str = "boot-1", profile: str = "h100x8") -> DeviceState:
+    s = DeviceState(
+        driver=DRIVER,
+        node_name="node-a",
+        gpus=FakeGpuSource(profile, "node-a").gpus(),
+        claims=claims,
+        cdi=CdiStore(tmp_path / "cdi", DRIVER),
+        checkpoints=CheckpointStore(tmp_path / "plugin", boot),
+        lock_path=tmp_path / "serialize.lock",
+        device_nodes=False,
+    )
+    s.startup()
+    return s
+
+
+def cdi_files(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "cdi").iterdir())
+
+
+def test_prepare_answers_devices_and_writes_a_valid_cdi_spec(tmp_path: Path) -> None:
+    """A good claim gets its devices with CDI ids that resolve in the spec written for it."""
+    claims = Claims()
+    ref = claims.add(allocated_claim(devices=["gpu-1", "gpu-2"], requests=["gpu/big", "gpu/big"]))
+    out = make_state(tmp_path, claims).prepare([ref])
+    assert "" == out[ref.uid].error
+    devices = out[ref.uid].devices
+    assert ["gpu-1", "gpu-2"] == [d.device_name for d in devices]
+    assert [("gpu",), ("gpu",)] == [d.request_names for d in devices]  # subrequest suffix stripped
+    spec = json.loads((tmp_path / "cdi" / f"k8s.{DRIVER}-claim_{ref.uid}.json").read_text())
+    validate_spec(spec)
+    names = {f"{spec['kind']}={d['name']}" for d in spec["devices"]}
+    assert {i for d in devices for i in d.cdi_device_ids} == names
+    env = spec["devices"][0]["containerEdits"]["env"]
+    assert "GPU_DEVICE_GPU_1=gpu-1" in env
+    assert f"GPU_DEVICE_GPU_1_RESOURCE_CLAIM={ref.uid}" in env
+
+
+def test_prepare_twice_returns_the_same_answer_and_restores_a_lost_cdi_file(tmp_path: Path) -> None:
+    """Idempotent; a reboot-emptied CDI dir is refilled on the repeat call."""
+    claims = Claims()
+    ref = claims.add(allocated_claim())
+    state = make_state(tmp_path, claims)
+    first = state.prepare([ref])[ref.uid]
+    spec = tmp_path / "cdi" / f"k8s.{DRIVER}-claim_{ref.uid}.json"
+    before = spec.read_bytes()
+    spec.unlink()
+    with capture_logs() as logs:
+        second = state.prepare([ref])[ref.uid]
+    assert first == second
+    assert before == spec.read_bytes()
+    assert any(e["event"] == "cdi_spec_recreated" and e["claim_uid"] == ref.uid for e in logs)
+
+
+def test_time_slicing_config_is_recorded_and_exposed(tmp_path: Path) -> None:
+    """The interval reaches the container's env."""
+    cfg = [{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {
+        "apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}}}]
+    claims = Claims()
+    ref = claims.add(allocated_claim(config=cfg))
+    make_state(tmp_path, claims).prepare([ref])
+    env = json.loads(next((tmp_path / "cdi").iterdir()).read_text())["devices"][0]["containerEdits"]["env"]
+    assert {"GPU_DEVICE_GPU_0_SHARING_STRATEGY=TimeSlicing", "GPU_DEVICE_GPU_0_TIMESLICE_INTERVAL=Long"} <= set(env)
+
+
+@pytest.mark.parametrize(
+    ("claim_kwargs", "ref_override", "message"),
+    [
+        ({"config": [{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {"junk": 1}}}]}, {}, "parameters.junk: unknown field"),
+        ({"devices": ["gpu-9"]}, {}, "gpu-9' does not exist on this node"),
+        ({"pool": "node-b"}, {}, "in pool 'node-b', not this node's pool 'node-a'"),
+        ({"driver": "gpu.nvidia.com"}, {}, "no allocation results for driver gpu.dra-gpu.dev"),
+        ({}, {"uid": "../../etc/passwd"}, "is not a valid Kubernetes UID"),
+        ({}, {"uid": "0a1b2c3d-0000-4000-8000-00000000000f"}, "was replaced"),
+        ({}, {"name": "missing"}, "not found"),
+    ],
+    ids=["garbage-config", "unknown-device", "other-node", "other-driver", "malformed-uid", "replaced-claim", "unknown-claim"],
+)
+def test_bad_claims_get_a_clear_error_and_change_nothing(tmp_path: Path, claim_kwargs: dict[str, Any], ref_override: dict[str, str], message: str) -> None:
+    """Each bad input is that claim's error; no CDI file and no checkpoint entry are left."""
+    claims = Claims()
+    good = claims.add(allocated_claim(name="good", devices=["gpu-3"]))
+    bad = claims.add(allocated_claim(name="bad", **claim_kwargs))
+    bad = ClaimRef(ref_override.get("namespace", bad.namespace), ref_override.get("uid", bad.uid), ref_override.get("name", bad.name))
+    state = make_state(tmp_path, claims)
+    out = state.prepare([good, bad])
+    assert message in out[bad.uid].error
+    assert "" == out[good.uid].error
+    assert [f"k8s.{DRIVER}-claim_{good.uid}.json"] == cdi_files(tmp_path)
+    assert [good.uid] == list(state.prepared_claims())
+
+
+def test_a_device_held_by_another_claim_is_refused(tmp_path: Path) -> None:
+    """The driver is the last line of defence against handing one GPU to two claims."""
+    claims = Claims()
+    a = claims.add(allocated_claim(name="a"))
+    b = claims.add(allocated_claim(name="b"))
+    state = make_state(tmp_path, claims)
+    assert "" == state.prepare([a])[a.uid].error
+    assert "already prepared for claim default/a" in state.prepare([b])[b.uid].error
+
+
+def test_unprepare_removes_everything_and_unknown_claims_succeed(tmp_path: Path) -> None:
+    """Unprepare is idempotent and tolerant of claims it never saw."""
+    claims = Claims()
+    ref = claims.add(allocated_claim())
+    state = make_state(tmp_path, claims)
+    state.prepare([ref])
+    unknown = ClaimRef("default", new_uid(), "gone")
+    assert {ref.uid: "", unknown.uid: ""} == state.unprepare([ref, unknown])
+    assert [] == cdi_files(tmp_path)
+    assert {} == dict(state.prepared_claims())
+    assert {ref.uid: ""} == state.unprepare([ref])
+
+
+def test_a_started_prepare_is_rolled_back_and_redone(tmp_path: Path) -> None:
+    """A kill between PrepareStarted and PrepareCompleted leaves state the next call cleans."""
+    claims = Claims()
+    ref = claims.add(allocated_claim())
+    state = make_state(tmp_path, claims)
+    store = CheckpointStore(tmp_path / "plugin", "boot-1")
+    store.save(store.load().checkpoint.with_claim(ref.uid, ClaimEntry(ClaimState.PREPARE_STARTED, "default", "claim-a")))
+    out = state.prepare([ref])[ref.uid]
+    assert ["gpu-0"] == [d.device_name for d in out.devices]
+    assert ClaimState.PREPARE_COMPLETED == state.prepared_claims()[ref.uid].state
+
+
+def test_reboot_drops_state_and_orphaned_cdi_files(tmp_path: Path) -> None:
+    """A boot id change forgets prepared claims and removes their (persisted) CDI files."""
+    claims = Claims()
+    ref = claims.add(allocated_claim())
+    make_state(tmp_path, claims).prepare([ref])
+    state = make_state(tmp_path, claims, boot="boot-2")
+    assert {} == dict(state.prepared_claims())
+    assert [] == cdi_files(tmp_path)
+    assert ["gpu-0"] == [d.device_name for d in state.prepare([ref])[ref.uid].devices]
