@@ -56,9 +56,7 @@ class SliceApi(Protocol):
         """Delete a slice; a missing one is not an error."""
         ...
 
-    def watch(
-        self, driver: str, node: str, resource_version: str, timeout_s: float
-    ) -> Iterator[tuple[str, dict[str, Any]]]:
+    def watch(self, driver: str, node: str, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict[str, Any]]]:
         """Stream ``(type, object)`` events of the node's slices."""
         ...
 
@@ -325,9 +323,7 @@ class SlicePublisher:
         Never raises; returns within about a second of ``stop`` being set.
         """
         self._log.info("slice_publisher_started", resync_s=self._resync_s)
-        watcher = threading.Thread(
-            target=self._watch_loop, args=(stop,), name=f"slice-watch-{self._node}", daemon=True
-        )
+        watcher = threading.Thread(target=self._watch_loop, args=(stop,), name=f"slice-watch-{self._node}", daemon=True)
         watcher.start()
         backoff = Backoff(self._backoff_initial_s, self._backoff_max_s)
         try:
@@ -389,9 +385,7 @@ class SlicePublisher:
                     self._log.info("slice_watch_expired")
                     continue
                 delay = backoff.next()
-                self._log.warning(
-                    "slice_watch_failed", error=str(exc), error_type=type(exc).__name__, retry_in_s=round(delay, 2)
-                )
+                self._log.warning("slice_watch_failed", error=str(exc), error_type=type(exc).__name__, retry_in_s=round(delay, 2))
                 stop.wait(delay)
 
     def _on_event(self, kind: str, obj: dict[str, Any]) -> None:

@@ -82,9 +82,7 @@ def bin_dir(version: str = K8S_VERSION) -> Path:
     return cache_dir() / f"k8s-{version}" / "bin"
 
 
-def find_binaries(
-    names: Sequence[str] = BINARIES, version: str = K8S_VERSION
-) -> dict[str, Path]:
+def find_binaries(names: Sequence[str] = BINARIES, version: str = K8S_VERSION) -> dict[str, Path]:
     """Paths of the built binaries; ClusterError naming e2e/build.sh if any is missing."""
     found = {n: bin_dir(version) / n for n in names}
     missing = [n for n, p in found.items() if not os.access(p, os.X_OK)]
@@ -99,12 +97,8 @@ def find_binaries(
 @functools.cache
 def known_gates(binary: Path) -> frozenset[str]:
     """Feature gates a component accepts (from its --help; GA/deprecated ones are hidden)."""
-    out = subprocess.run(
-        [binary, "--help"], capture_output=True, text=True, check=False
-    )
-    return frozenset(
-        re.findall(r"^\s+(\w+)=true\|false \(", out.stdout + out.stderr, re.MULTILINE)
-    )
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True, check=False)
+    return frozenset(re.findall(r"^\s+(\w+)=true\|false \(", out.stdout + out.stderr, re.MULTILINE))
 
 
 def default_gates(binary: Path) -> dict[str, bool]:
@@ -258,10 +252,7 @@ class LocalCluster:
         """ClusterError with the log tail if any component has exited."""
         for proc in self._procs:
             if proc.popen.poll() is not None:
-                raise ClusterError(
-                    f"{proc.name} exited with {proc.popen.returncode}; "
-                    f"log {proc.log}:\n{_tail(proc.log)}"
-                )
+                raise ClusterError(f"{proc.name} exited with {proc.popen.returncode}; log {proc.log}:\n{_tail(proc.log)}")
 
     # -- API helpers --------------------------------------------------------
 
@@ -355,9 +346,7 @@ class LocalCluster:
             self.ca_file,
         )
         _openssl(f"req {ec} -subj /CN=kube-apiserver -keyout", key, "-out", csr)
-        ext.write_text(
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
-        )
+        ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
         _openssl(
             "x509 -req -days 2 -CAcreateserial -in",
             csr,
@@ -373,11 +362,7 @@ class LocalCluster:
         _openssl("ecparam -name prime256v1 -genkey -noout -out", w / "sa.key")
         _openssl("ec -pubout -in", w / "sa.key", "-out", w / "sa.pub")
         (w / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
-        self.kubeconfig.write_text(
-            _KUBECONFIG.format(
-                server=self.server, ca=json.dumps(str(self.ca_file)), token=self.token
-            )
-        )
+        self.kubeconfig.write_text(_KUBECONFIG.format(server=self.server, ca=json.dumps(str(self.ca_file)), token=self.token))
         self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
 
     def _spawn(self, name: str, args: Sequence[str | Path]) -> _Proc:
@@ -414,8 +399,7 @@ class LocalCluster:
                 last = str(err)
             time.sleep(0.2)
         raise ClusterError(
-            f"{proc.name} not healthy at {url} after {self.ready_timeout:.0f}s "
-            f"({last}); log {proc.log}:\n{_tail(proc.log)}"
+            f"{proc.name} not healthy at {url} after {self.ready_timeout:.0f}s ({last}); log {proc.log}:\n{_tail(proc.log)}"
         )
 
     def _start_etcd(self) -> None:
@@ -441,9 +425,7 @@ class LocalCluster:
         self._wait(proc, f"{client}/health", None)
 
     def _gates_flag(self) -> str:
-        return "--feature-gates=" + ",".join(
-            f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items())
-        )
+        return "--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
 
     def _start_apiserver(self) -> None:
         w = self.workdir
@@ -521,9 +503,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=["up"])
     parser.add_argument("--no-scheduler", action="store_true")
     parser.add_argument("--no-controller-manager", action="store_true")
-    parser.add_argument(
-        "--node", action="append", default=[], help="register a fake Node"
-    )
+    parser.add_argument("--node", action="append", default=[], help="register a fake Node")
     parser.add_argument("--log-dir", type=Path, help="keep component logs here")
     args = parser.parse_args(argv)
 

@@ -28,10 +28,6 @@ def pytest_runtest_makereport(
     c = getattr(item, "funcargs", {}).get("cluster")
     if report.failed and isinstance(c, LocalCluster):
         log = c.log_dir / "kube-apiserver.log"
-        tail = (
-            log.read_text(errors="replace").splitlines()[-30:] if log.exists() else []
-        )
-        report.sections.append(
-            ("k8s logs", f"component logs in {c.log_dir}\n" + "\n".join(tail))
-        )
+        tail = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else []
+        report.sections.append(("k8s logs", f"component logs in {c.log_dir}\n" + "\n".join(tail)))
     return report

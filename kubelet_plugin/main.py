@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import signal
 import threading
+from concurrent import futures
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import grpc
 import structlog
 from grpc_health.v1 import health_pb2_grpc
 
+from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.schema import node_devices
 from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice, read_boot_id
@@ -37,25 +41,28 @@ COMPONENT = "dra-gpu-kubelet-plugin"
 TOOLKIT_SPEC_DIR = Path("/etc/cdi")  # where nvidia-ctk writes its spec besides /var/run/cdi
 
 
-def run(settings: Settings, stop: threading.Event) -> int:
-    """Run the plugin until ``stop`` is set; return the exit code."""
-    structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
-    source = make_source(fake_gpus=settings.fake_gpus, node_name=settings.node_name)
-    gpus = source.gpus()
-    log.info("gpus_found", source=source.describe(), count=len(gpus), uuids=[g.uuid for g in gpus])
+@dataclass(slots=True)
+class _Servers:
+    paths: SocketPaths
+    dra: grpc.Server
+    registration: grpc.Server
+    health_servicer: SocketHealthServicer
+    health: grpc.Server | None
 
-    from dra_driver.kube.claims_api import KubeClaimApi  # noqa: PLC0415 - keep start-up import cheap for --help
-    from dra_driver.kube.client import load_api_client  # noqa: PLC0415
 
-    api_client = load_api_client(settings.kubeconfig)
+def _build_state(settings: Settings, gpus: list[GpuInfo], api_client: Any) -> DeviceState:
+    from dra_driver.kube.claims_api import KubeClaimApi
+
     claims = KubeClaimApi(api_client)
 
     def notify(n: Notice) -> None:
-        claims.node_event(node_name=settings.node_name, reason=n.reason, message=n.message, warning=n.warning, component=COMPONENT)
+        claims.node_event(
+            node_name=settings.node_name, reason=n.reason, message=n.message, warning=n.warning, component=COMPONENT
+        )
 
     settings.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
     real = settings.fake_gpus is None
-    state = DeviceState(
+    return DeviceState(
         driver=settings.driver_name,
         node_name=settings.node_name,
         gpus=gpus,
@@ -67,10 +74,15 @@ def run(settings: Settings, stop: threading.Event) -> int:
         toolkit_devices=toolkit_device_names([settings.cdi_root, TOOLKIT_SPEC_DIR]) if real else frozenset(),
         notify=notify,
     )
-    state.startup()
 
+
+def _start_servers(settings: Settings, state: DeviceState) -> _Servers:
+    """DRA socket first, then registration (the kubelet may dial as soon as it sees it), then health."""
     paths = SocketPaths.for_plugin(
-        driver=settings.driver_name, registrar_dir=settings.registrar_dir, plugin_dir=settings.plugin_dir, pod_uid=settings.pod_uid
+        driver=settings.driver_name,
+        registrar_dir=settings.registrar_dir,
+        plugin_dir=settings.plugin_dir,
+        pod_uid=settings.pod_uid,
     )
     dra_server = unix_server(paths.dra)
     add_dra_services(dra_server, state)
@@ -84,21 +96,48 @@ def run(settings: Settings, stop: threading.Event) -> int:
     secure_socket(paths.registration)
     log.info("sockets_listening", registration=str(paths.registration), dra=str(paths.dra))
 
-    health_server: grpc.Server | None = None
     health_servicer = SocketHealthServicer(paths.registration, paths.dra)
+    health_server: grpc.Server | None = None
     if settings.healthcheck_port >= 0:
-        from concurrent import futures  # noqa: PLC0415
-
         health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
         port = health_server.add_insecure_port(f"{settings.healthcheck_address}:{settings.healthcheck_port}")
         health_server.start()
         log.info("health_listening", port=port)
+    return _Servers(paths, dra_server, reg_server, health_servicer, health_server)
+
+
+def _shutdown(servers: _Servers, publisher_thread: threading.Thread | None) -> None:
+    """Health NOT_SERVING, registration socket gone first, in-flight calls finished, DRA socket gone."""
+    servers.health_servicer.enter_graceful_shutdown()
+    servers.paths.registration.unlink(missing_ok=True)  # the kubelet's watcher deregisters us
+    servers.registration.stop(grace=1.0).wait()
+    servers.dra.stop(grace=SHUTDOWN_GRACE_S).wait()  # refuse new calls, let in-flight ones finish
+    servers.paths.dra.unlink(missing_ok=True)
+    if servers.health is not None:
+        servers.health.stop(grace=1.0).wait()
+    if publisher_thread is not None:
+        publisher_thread.join(timeout=5.0)
+
+
+def run(settings: Settings, stop: threading.Event) -> int:
+    """Run the plugin until ``stop`` is set; return the exit code."""
+    structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
+    source = make_source(fake_gpus=settings.fake_gpus, node_name=settings.node_name)
+    gpus = source.gpus()
+    log.info("gpus_found", source=source.describe(), count=len(gpus), uuids=[g.uuid for g in gpus])
+
+    from dra_driver.kube.client import load_api_client
+
+    api_client = load_api_client(settings.kubeconfig)
+    state = _build_state(settings, gpus, api_client)
+    state.startup()
+    servers = _start_servers(settings, state)
 
     publisher_thread: threading.Thread | None = None
     if settings.publish_slices:
-        from controller.publisher import SlicePublisher  # noqa: PLC0415
-        from dra_driver.kube.slices_api import KubeSliceApi  # noqa: PLC0415
+        from controller.publisher import SlicePublisher
+        from dra_driver.kube.slices_api import KubeSliceApi
 
         publisher = SlicePublisher(KubeSliceApi(api_client), settings.driver_name, settings.node_name)
         publisher.set_devices(node_devices(gpus))
@@ -107,17 +146,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
 
     log.info("plugin_started")
     stop.wait()
-
     log.info("plugin_stopping")
-    health_servicer.enter_graceful_shutdown()
-    paths.registration.unlink(missing_ok=True)  # the kubelet's watcher deregisters us
-    reg_server.stop(grace=1.0).wait()
-    dra_server.stop(grace=SHUTDOWN_GRACE_S).wait()  # refuse new calls, let in-flight ones finish
-    paths.dra.unlink(missing_ok=True)
-    if health_server is not None:
-        health_server.stop(grace=1.0).wait()
-    if publisher_thread is not None:
-        publisher_thread.join(timeout=5.0)
+    _shutdown(servers, publisher_thread)
     log.info("plugin_stopped")
     return 0
 

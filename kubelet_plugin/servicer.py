@@ -58,7 +58,7 @@ class _Dra:
         refs = _refs(request)
         try:
             outcomes = self._state.prepare(refs)
-        except Exception as err:  # noqa: BLE001 - never crash the RPC; report per claim
+        except Exception as err:
             log.exception("prepare_unexpected_error", api=self._version)
             outcomes = {r.uid: Outcome(error=f"internal error: {err}") for r in refs}
         for r in refs:  # every requested claim must appear in the answer
@@ -70,7 +70,7 @@ class _Dra:
         refs = _refs(request)
         try:
             errors = self._state.unprepare(refs)
-        except Exception as err:  # noqa: BLE001 - never crash the RPC; report per claim
+        except Exception as err:
             log.exception("unprepare_unexpected_error", api=self._version)
             errors = {r.uid: f"internal error: {err}" for r in refs}
         resp = self._pb.NodeUnprepareResourcesResponse()

@@ -31,14 +31,25 @@ def allocated_claim(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace, "uid": uid or new_uid()},
-        "spec": {"devices": {"requests": [{"name": r.split("/")[0], "exactly": {"deviceClassName": "gpu.dra-gpu.dev"}} for r in dict.fromkeys(requests)]}},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": r.split("/")[0], "exactly": {"deviceClassName": "gpu.dra-gpu.dev"}} for r in dict.fromkeys(requests)
+                ]
+            }
+        },
         "status": {
             "allocation": {
                 "devices": {
-                    "results": [{"request": r, "driver": driver, "pool": pool or node, "device": d} for r, d in zip(requests, devices, strict=True)],
+                    "results": [
+                        {"request": r, "driver": driver, "pool": pool or node, "device": d}
+                        for r, d in zip(requests, devices, strict=True)
+                    ],
                     "config": config or [],
                 },
-                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+                },
             }
         },
     }

@@ -41,9 +41,7 @@ class ClaimAllocation:
     config: tuple[Mapping[str, Any], ...]
 
 
-def parse_claim(
-    claim: Mapping[str, Any], *, uid: str, driver: str, pool: str, known_devices: set[str]
-) -> ClaimAllocation:
+def parse_claim(claim: Mapping[str, Any], *, uid: str, driver: str, pool: str, known_devices: set[str]) -> ClaimAllocation:
     """Extract this driver's allocation from a claim object, or raise ClaimError."""
     meta = claim.get("metadata") or {}
     ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"

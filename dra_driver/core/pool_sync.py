@@ -91,9 +91,7 @@ def _device_view(device: Any) -> Any:
     """Return ``device`` without ``taints[].timeAdded``, which the server fills in."""
     if not isinstance(device, Mapping) or not isinstance(device.get("taints"), list):
         return device
-    taints = [
-        {k: v for k, v in t.items() if k != "timeAdded"} if isinstance(t, Mapping) else t for t in device["taints"]
-    ]
+    taints = [{k: v for k, v in t.items() if k != "timeAdded"} if isinstance(t, Mapping) else t for t in device["taints"]]
     return {**device, "taints": taints}
 
 
@@ -127,9 +125,7 @@ def _matches(existing: Mapping[str, Any], wanted: Mapping[str, Any], sent: Mappi
         return True
     record = sent.get(_name(existing))
     stored_rv = (existing.get("metadata") or {}).get("resourceVersion")
-    return record is not None and record.resource_version == stored_rv and owned_view(record.sent) == owned_view(
-        wanted
-    )
+    return record is not None and record.resource_version == stored_rv and owned_view(record.sent) == owned_view(wanted)
 
 
 def _for_update(wanted: dict[str, Any], existing: Mapping[str, Any]) -> dict[str, Any]:
@@ -171,9 +167,7 @@ def plan_pool(
     foreign_pool = sorted(_name(s) for s in ours if _name(s) not in by_name)
     contents = list(desired)
 
-    wanted = slice_objects(
-        driver=driver, node_name=node_name, contents=contents, generation=max(current, 1), node_uid=node_uid
-    )
+    wanted = slice_objects(driver=driver, node_name=node_name, contents=contents, generation=max(current, 1), node_uid=node_uid)
     wanted_names = {_name(w) for w in wanted}
     reasons: list[str] = []
     for w in wanted:
@@ -188,9 +182,7 @@ def plan_pool(
         return PoolPlan(generation=current)
 
     generation = max(current, last_generation) + 1
-    wanted = slice_objects(
-        driver=driver, node_name=node_name, contents=contents, generation=generation, node_uid=node_uid
-    )
+    wanted = slice_objects(driver=driver, node_name=node_name, contents=contents, generation=generation, node_uid=node_uid)
     create = tuple(w for w in wanted if _name(w) not in by_name)
     update = tuple(_for_update(w, by_name[_name(w)]) for w in wanted if _name(w) in by_name)
     delete = tuple(sorted((set(by_name) - wanted_names) | set(foreign_pool)))

@@ -14,7 +14,7 @@ from dra_driver.core.cdi import TMP_PREFIX
 
 
 def fsync_dir(directory: Path) -> None:
-    """fsync a directory so a rename or unlink in it is durable."""
+    """Fsync a directory so a rename or unlink in it is durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

@@ -60,7 +60,11 @@ class CdiStore:
         prefix = spec_file_prefix(self.driver)
         if not self.root.is_dir():
             return set()
-        return {p.name[len(prefix) : -len(".json")] for p in self.root.iterdir() if p.name.startswith(prefix) and p.name.endswith(".json")}
+        return {
+            p.name[len(prefix) : -len(".json")]
+            for p in self.root.iterdir()
+            if p.name.startswith(prefix) and p.name.endswith(".json")
+        }
 
 
 def toolkit_device_names(roots: list[Path]) -> frozenset[str]:
@@ -69,7 +73,7 @@ def toolkit_device_names(roots: list[Path]) -> frozenset[str]:
     The toolkit writes YAML or JSON; YAML is a superset of JSON, so one parser reads both.
     Unreadable files are logged and skipped.
     """
-    import yaml  # noqa: PLC0415 - only needed on real GPU nodes
+    import yaml
 
     names: set[str] = set()
     for root in roots:

@@ -83,11 +83,18 @@ class CheckpointStore:
             prev, prev_err = self._try(self.prev)
             if prev is not None:
                 cp = prev
-                notices.append(Notice("CheckpointRecovered", f"checkpoint corrupt ({err}); moved to {moved.name}; recovered the previous generation"))
+                notices.append(
+                    Notice(
+                        "CheckpointRecovered",
+                        f"checkpoint corrupt ({err}); moved to {moved.name}; recovered the previous generation",
+                    )
+                )
             else:
                 cp = None
                 detail = f"previous generation also unusable ({prev_err})" if prev_err else "no previous generation"
-                notices.append(Notice("CheckpointLost", f"checkpoint corrupt ({err}); moved to {moved.name}; {detail}; starting empty"))
+                notices.append(
+                    Notice("CheckpointLost", f"checkpoint corrupt ({err}); moved to {moved.name}; {detail}; starting empty")
+                )
         elif cp is None:
             cp, _ = self._try(self.prev)  # killed between generations: the previous one is the newest
         if cp is None:
@@ -95,7 +102,13 @@ class CheckpointStore:
         if cp.node_boot_id != self.boot_id:
             dropped = sorted(cp.claims)
             if dropped:
-                notices.append(Notice("NodeRebooted", f"boot id changed; {len(dropped)} prepared claim(s) will be prepared afresh", warning=False))
+                notices.append(
+                    Notice(
+                        "NodeRebooted",
+                        f"boot id changed; {len(dropped)} prepared claim(s) will be prepared afresh",
+                        warning=False,
+                    )
+                )
             return LoadResult(Checkpoint(node_boot_id=self.boot_id), notices, dropped)
         return LoadResult(cp, notices)
 

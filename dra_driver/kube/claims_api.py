@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -43,7 +43,7 @@ class KubeClaimApi:
             raise ClaimLookupError(f"reading claim {namespace}/{name}: {err.status} {err.reason}") from None
         except Exception as err:  # noqa: BLE001 - network errors of every kind become one error
             raise ClaimLookupError(f"reading claim {namespace}/{name}: {err}") from None
-        data: dict[str, Any] = json.loads(resp.data)
+        data: dict[str, Any] = json.loads(cast(Any, resp).data)  # raw urllib3 response (no model)
         return data
 
     def node_event(self, *, node_name: str, reason: str, message: str, warning: bool, component: str) -> None:
@@ -62,4 +62,4 @@ class KubeClaimApi:
             "lastTimestamp": now,
             "count": 1,
         }
-        self._core.create_namespaced_event("default", body, _request_timeout=self._timeout)
+        self._core.create_namespaced_event("default", cast(Any, body), _request_timeout=self._timeout)  # dict body: no model

@@ -100,9 +100,7 @@ class KubeSliceApi:
             )
             timeout = self._timeout if read_timeout_s is None else (_CONNECT_TIMEOUT_S, read_timeout_s)
             # Body goes straight to the REST layer as a dict (json.dumps), never through a model.
-            response = self._client.call_api(
-                method, url, header_params=header_params, body=body, _request_timeout=timeout
-            )
+            response = self._client.call_api(method, url, header_params=header_params, body=body, _request_timeout=timeout)
         except _TRANSPORT_ERRORS as exc:
             raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
         return response.response
@@ -172,9 +170,7 @@ class KubeSliceApi:
             if not exc.not_found:
                 raise
 
-    def watch(
-        self, driver: str, node: str, resource_version: str, timeout_s: float
-    ) -> Iterator[tuple[str, dict[str, Any]]]:
+    def watch(self, driver: str, node: str, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict[str, Any]]]:
         """Stream ``(type, object)`` events of the node's slices after ``resource_version``.
 
         Types are ADDED, MODIFIED, DELETED and BOOKMARK. The server ends the stream after

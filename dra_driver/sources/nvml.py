@@ -77,7 +77,7 @@ class NvmlGpuSource:
 
     def __init__(self, *, nvml: ModuleType | None = None, sysfs: Path = Path("/sys")) -> None:
         if nvml is None:
-            import pynvml  # noqa: PLC0415 - only loaded on real GPU nodes
+            import pynvml
 
             nvml = pynvml
         self._nvml = nvml

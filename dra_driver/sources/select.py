@@ -14,6 +14,6 @@ def make_source(*, fake_gpus: str | None, node_name: str) -> GpuSource:
     """A FakeGpuSource when ``fake_gpus`` names a profile, else the NVML source."""
     if fake_gpus:
         return FakeGpuSource(fake_gpus, node_name)
-    from dra_driver.sources.nvml import NvmlGpuSource  # noqa: PLC0415 - keep pynvml optional at import time
+    from dra_driver.sources.nvml import NvmlGpuSource
 
     return NvmlGpuSource()

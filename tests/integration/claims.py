@@ -16,5 +16,7 @@ def create_allocated_claim(cluster: LocalCluster, **kwargs: Any) -> tuple[str, s
     obj["metadata"].pop("uid")
     created = cluster.api("POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", obj)
     created["status"] = status
-    stored = cluster.api("PUT", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{created['metadata']['name']}/status", created)
+    stored = cluster.api(
+        "PUT", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{created['metadata']['name']}/status", created
+    )
     return ns, stored["metadata"]["uid"], stored["metadata"]["name"]

@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 class PluginProcess:
     """One plugin daemon with its own registrar, plugin and CDI dirs under ``base``."""
 
-    def __init__(self, base: Path, *, kubeconfig: Path, node: str = "node-a", profile: str = "h100x8", publish: bool = False) -> None:
+    def __init__(
+        self, base: Path, *, kubeconfig: Path, node: str = "node-a", profile: str = "h100x8", publish: bool = False
+    ) -> None:
         self.base = base
         self.registrar = base / "plugins_registry"
         self.plugin_dir = base / "plugins" / DRIVER
@@ -60,11 +62,33 @@ class PluginProcess:
         if crash_at:
             env["DRA_GPU_CRASH_AT"] = crash_at
         args = [
-            sys.executable, "-m", "kubelet_plugin.main",
-            "--node-name", self.node, "--driver-name", DRIVER, "--fake-gpus", self.profile,
-            "--registrar-dir", str(self.registrar), "--plugin-dir", str(self.plugin_dir), "--cdi-root", str(self.cdi),
-            "--kubeconfig", str(self.kubeconfig), "--healthcheck-port", "0", "--healthcheck-address", "127.0.0.1",
-            "--publish-slices", "true" if self.publish else "false", "--boot-id-file", str(self.boot_id), "--log-level", "debug",
+            sys.executable,
+            "-m",
+            "kubelet_plugin.main",
+            "--node-name",
+            self.node,
+            "--driver-name",
+            DRIVER,
+            "--fake-gpus",
+            self.profile,
+            "--registrar-dir",
+            str(self.registrar),
+            "--plugin-dir",
+            str(self.plugin_dir),
+            "--cdi-root",
+            str(self.cdi),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--healthcheck-port",
+            "0",
+            "--healthcheck-address",
+            "127.0.0.1",
+            "--publish-slices",
+            "true" if self.publish else "false",
+            "--boot-id-file",
+            str(self.boot_id),
+            "--log-level",
+            "debug",
         ]
         started_before = self._started_count()
         with self.log.open("ab") as log:
@@ -119,7 +143,9 @@ class PluginProcess:
 
     def notify(self, registered: bool, error: str = "") -> None:
         with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:
-            reg_grpc.RegistrationStub(ch).NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=registered, error=error), timeout=10)
+            reg_grpc.RegistrationStub(ch).NotifyRegistrationStatus(
+                reg.RegistrationStatus(plugin_registered=registered, error=error), timeout=10
+            )
 
     def prepare(self, claims: list[tuple[str, str, str]], version: str = "v1") -> Any:
         pb, stub = (v1, v1_grpc.DRAPluginStub) if version == "v1" else (v1beta1, v1beta1_grpc.DRAPluginStub)

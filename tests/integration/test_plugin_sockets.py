@@ -53,7 +53,10 @@ def test_kubelet_sequence_over_v1_and_v1beta1(plugin: PluginProcess, apiserver: 
     ns, uid, n = create_allocated_claim(apiserver, name=name(), devices=["gpu-2", "gpu-5"], requests=["gpus", "gpus"])
     err, devices = answer(plugin.prepare([(ns, uid, n)]), uid)
     assert "" == err
-    expected = [(["gpus"], "node-a", "gpu-2", [f"k8s.{DRIVER}/claim={uid}-gpu-2"]), (["gpus"], "node-a", "gpu-5", [f"k8s.{DRIVER}/claim={uid}-gpu-5"])]
+    expected = [
+        (["gpus"], "node-a", "gpu-2", [f"k8s.{DRIVER}/claim={uid}-gpu-2"]),
+        (["gpus"], "node-a", "gpu-5", [f"k8s.{DRIVER}/claim={uid}-gpu-5"]),
+    ]
     assert expected == devices
     assert (err, devices) == answer(plugin.prepare([(ns, uid, n)], version="v1beta1"), uid)
     spec = json.loads((plugin.cdi / f"k8s.{DRIVER}-claim_{uid}.json").read_text())
@@ -65,7 +68,20 @@ def test_kubelet_sequence_over_v1_and_v1beta1(plugin: PluginProcess, apiserver: 
 
 def test_bad_inputs_get_per_claim_errors_and_leave_no_state(plugin: PluginProcess, apiserver: LocalCluster) -> None:
     """Unknown claim, malformed UID, other node, other driver, garbage config: clear errors, nothing written."""
-    bad_cfg = [{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {"apiVersion": "resource.dra-gpu.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "Magic"}}}}]
+    bad_cfg = [
+        {
+            "source": "FromClaim",
+            "requests": [],
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "resource.dra-gpu.dev/v1alpha1",
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "Magic"},
+                },
+            },
+        }
+    ]
     cases = {
         "garbage-config": create_allocated_claim(apiserver, name=name(), config=bad_cfg),
         "other-node": create_allocated_claim(apiserver, name=name(), node="node-b"),
@@ -81,7 +97,11 @@ def test_bad_inputs_get_per_claim_errors_and_leave_no_state(plugin: PluginProces
     assert "not found" in errors["unknown-claim"]
     assert "not a valid Kubernetes UID" in errors["malformed-uid"]
     assert [] == plugin.cdi_files()
-    ckpt = json.loads((plugin.plugin_dir / "checkpoint.json").read_text()) if (plugin.plugin_dir / "checkpoint.json").exists() else {"data": {"claims": {}}}
+    ckpt = (
+        json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
+        if (plugin.plugin_dir / "checkpoint.json").exists()
+        else {"data": {"claims": {}}}
+    )
     assert {} == ckpt["data"]["claims"]
     assert plugin.proc is not None and plugin.proc.poll() is None  # the daemon is still up
 
@@ -102,7 +122,9 @@ def test_restart_between_prepare_and_unprepare_keeps_the_answer(plugin: PluginPr
 
 
 @pytest.mark.parametrize("point", [p for p in POINTS if "prepare" in p and "unprepare" not in p])
-def test_kill_9_during_prepare_then_restart_gives_the_same_answer(plugin: PluginProcess, apiserver: LocalCluster, point: str) -> None:
+def test_kill_9_during_prepare_then_restart_gives_the_same_answer(
+    plugin: PluginProcess, apiserver: LocalCluster, point: str
+) -> None:
     """kill -9 at each step of prepare; after restart the answer is the same and exactly one CDI file exists."""
     ref = create_allocated_claim(apiserver, name=name(), devices=["gpu-4"])
     reference = answer(plugin.prepare([ref]), ref[1])

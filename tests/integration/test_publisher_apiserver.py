@@ -6,7 +6,8 @@ generation; a 200-device pool spans two slices; counter sets get their own slice
 disabled feature gate drops are reported once, without endless rewrites; the
 ``dra-gpu-controller`` app publishes and exits 0 on SIGTERM; ``run`` stops promptly.
 
-Needs the binaries from ``e2e/build.sh`` (etcd, kube-apiserver); skipped without them.
+Needs the binaries from ``e2e/build.sh`` (etcd, kube-apiserver; ``make test`` builds them); without
+them the tests fail with the message saying so, they are never skipped.
 """
 
 from __future__ import annotations
@@ -29,22 +30,13 @@ from controller.publisher import SlicePublisher
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.core.schema import Attr, DeviceSpec, node_devices
 from dra_driver.kube.client import load_api_client
-from dra_driver.kube.slices_api import KubeSliceApi
+from dra_driver.kube.slices_api import KubeApiError, KubeSliceApi
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import ClusterError, LocalCluster, find_binaries
+from e2e.cluster import LocalCluster
 
 DRIVER = DEFAULT_DRIVER_NAME
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 REPO = Path(__file__).resolve().parents[2]
-
-try:
-    find_binaries(("etcd", "kube-apiserver"))
-    _MISSING = ""
-except ClusterError as err:
-    _MISSING = str(err)
-
-pytestmark = pytest.mark.skipif(bool(_MISSING), reason=_MISSING or "binaries present")
-
 
 class CountingSliceApi(KubeSliceApi):
     """KubeSliceApi that counts its writes (create, update, delete)."""
@@ -81,7 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 @pytest.fixture
 def node(cluster: LocalCluster, request: pytest.FixtureRequest) -> str:
     """A fresh Node named after the test."""
-    name = request.node.name.removeprefix("test_").replace("_", "-")[:50].strip("-")
+    name = str(request.node.name).removeprefix("test_").replace("_", "-")[:50].strip("-")
     cluster.add_node(name)
     return name
 
@@ -112,7 +104,9 @@ def fake_devices(node: str, profile: str = "h100x8") -> list[DeviceSpec]:
 
 
 def many_devices(n: int) -> list[DeviceSpec]:
-    return [DeviceSpec(f"gpu-{i}", {"type": Attr("string", "gpu"), "index": Attr("int", i)}, {"memory": "80Gi"}) for i in range(n)]
+    return [
+        DeviceSpec(f"gpu-{i}", {"type": Attr("string", "gpu"), "index": Attr("int", i)}, {"memory": "80Gi"}) for i in range(n)
+    ]
 
 
 @contextmanager
@@ -197,7 +191,7 @@ def test_device_change_bumps_generation(cluster: LocalCluster, node: str) -> Non
 
         def changed() -> bool:
             (obj,) = node_slices(cluster, node)
-            return obj["spec"]["pool"]["generation"] == 2
+            return bool(obj["spec"]["pool"]["generation"] == 2)
 
         wait_for("generation 2", changed, timeout=5)
         (obj,) = node_slices(cluster, node)
@@ -254,6 +248,64 @@ def test_dropped_fields_are_reported_once_without_rewrites(tmp_path: Path) -> No
     assert 1 == api.writes
     assert publisher.last_error is not None
     assert "spec.devices[0].taints" in publisher.last_error
+
+
+class OldServerSliceApi(CountingSliceApi):
+    """The real API server, claiming to be Kubernetes 1.34."""
+
+    def server_minor_version(self) -> int:
+        return 34
+
+
+def test_counters_on_a_pre_1_35_server_are_refused(cluster: LocalCluster, node: str) -> None:
+    """Counter sets need their own slices (1.35+): on 1.34 nothing is written and the error says why."""
+    counters = [{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}]
+    api = OldServerSliceApi(load_api_client(str(cluster.kubeconfig)))
+    publisher = SlicePublisher(api, DRIVER, node)
+    publisher.set_devices(many_devices(1), counters)
+    with structlog.testing.capture_logs() as logs:
+        assert publisher.reconcile_once() is None
+    assert 0 == api.writes
+    assert [] == node_slices(cluster, node)
+    assert publisher.last_error is not None
+    assert "counters need Kubernetes >= 1.35" in publisher.last_error
+    assert ["slice_counters_unsupported"] == [e["event"] for e in logs if e["log_level"] == "error"]
+    assert not publisher.synced.is_set()
+
+
+class FlakySliceApi(CountingSliceApi):
+    """Fails its first list calls (HTTP 500 twice, then a bug-like RuntimeError), then works."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failures: list[BaseException] = [
+            KubeApiError(500, "InternalError", "etcd is sad"),
+            KubeApiError(500, "InternalError", "etcd is still sad"),
+            RuntimeError("unexpected"),
+        ]
+
+    def list(self, driver: str, node: str) -> tuple[list[dict[str, Any]], str]:
+        if self.failures:
+            raise self.failures.pop(0)
+        return super().list(driver, node)
+
+
+def test_api_errors_are_retried_with_backoff_and_never_kill_the_loop(cluster: LocalCluster, node: str) -> None:
+    """Three failing passes are logged with growing delays; the fourth publishes."""
+    api = FlakySliceApi(load_api_client(str(cluster.kubeconfig)))
+    publisher = SlicePublisher(api, DRIVER, node, backoff_initial_s=0.2, backoff_max_s=0.4)
+    publisher.set_devices(many_devices(2))
+    with structlog.testing.capture_logs() as logs, running(publisher):
+        pass
+    failed = [e for e in logs if e["event"] == "slice_reconcile_failed"]
+    assert [500, 500, None] == [e["status"] for e in failed]
+    assert ["KubeApiError", "KubeApiError", "RuntimeError"] == [e["error_type"] for e in failed]
+    delays = [e["retry_in_s"] for e in failed]
+    assert 0.1 <= delays[0] <= 0.2
+    assert 0.2 <= delays[1] <= 0.4
+    assert 0.2 <= delays[2] <= 0.4  # capped
+    assert 1 == len(node_slices(cluster, node))
+    assert publisher.last_error is None
 
 
 def test_controller_app_publishes_and_exits_zero_on_sigterm(cluster: LocalCluster, node: str) -> None:

@@ -29,7 +29,9 @@ def test_unknown_fields_from_a_newer_binary_are_tolerated() -> None:
     doc["data"]["claims"][UID]["futureField"] = {"x": 1}
     import hashlib
 
-    doc["checksum"] = "sha256:" + hashlib.sha256(json.dumps(doc["data"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    doc["checksum"] = (
+        "sha256:" + hashlib.sha256(json.dumps(doc["data"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    )
     assert sample().claims[UID] == decode(json.dumps(doc).encode()).claims[UID]
 
 

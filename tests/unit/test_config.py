@@ -20,7 +20,11 @@ DRIVER = "gpu.dra-gpu.dev"
 
 
 def ts(interval: str) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": interval}}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": interval}},
+    }
 
 
 def entry(params: Any, *, source: str = "FromClaim", requests: list[str] | None = None, driver: str = DRIVER) -> dict[str, Any]:
@@ -38,13 +42,30 @@ def entry(params: Any, *, source: str = "FromClaim", requests: list[str] | None 
         ({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "Magic"}}, "parameters.sharing.strategy"),
         ({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": 3}}, "parameters.sharing.strategy"),
         (ts("Forever"), "parameters.sharing.timeSlicingConfig.interval"),
-        ({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long", "x": 1}}},
-         "parameters.sharing.timeSlicingConfig.x"),
+        (
+            {
+                "apiVersion": API_VERSION,
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long", "x": 1}},
+            },
+            "parameters.sharing.timeSlicingConfig.x",
+        ),
         ("garbage", "parameters"),
         (None, "parameters"),
     ],
-    ids=["unknown-field", "api-version", "kind", "sharing-type", "missing-strategy", "bad-strategy", "strategy-type",
-         "bad-interval", "unknown-nested", "string", "null"],
+    ids=[
+        "unknown-field",
+        "api-version",
+        "kind",
+        "sharing-type",
+        "missing-strategy",
+        "bad-strategy",
+        "strategy-type",
+        "bad-interval",
+        "unknown-nested",
+        "string",
+        "null",
+    ],
 )
 def test_bad_config_is_rejected_naming_the_field(raw: Any, path: str) -> None:
     """Every kind of bad input names the offending field."""
@@ -104,4 +125,6 @@ def test_other_drivers_configs_are_ignored_even_if_invalid_for_us() -> None:
 def test_a_bad_config_of_ours_is_an_error_even_where_another_wins() -> None:
     """A bad entry fails the claim rather than being silently shadowed."""
     with pytest.raises(ConfigError, match=r"config\[0\]\.opaque\.parameters\.sharing\.strategy"):
-        resolve_device_configs(DRIVER, R, [entry({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "X"}}), entry(ts("Long"))])
+        resolve_device_configs(
+            DRIVER, R, [entry({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "X"}}), entry(ts("Long"))]
+        )

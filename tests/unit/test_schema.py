@@ -84,7 +84,7 @@ def test_l4_is_not_mig_capable_and_has_four_gpus() -> None:
 def test_duplicate_minor_numbers_are_refused() -> None:
     """Two GPUs with one minor would publish one device name twice; the schema refuses."""
     g = FakeGpuSource("l4x4", "n").gpus()[0]
-    twin = GpuInfo(**{**{f: getattr(g, f) for f in g.__slots__}, "uuid": "GPU-other"})  # type: ignore[attr-defined]
+    twin = GpuInfo(**{**{f: getattr(g, f) for f in g.__slots__}, "uuid": "GPU-other"})
     with pytest.raises(ValueError, match="minor number 0"):
         node_devices([g, twin])
 
@@ -92,6 +92,6 @@ def test_duplicate_minor_numbers_are_refused() -> None:
 def test_overlong_string_attribute_is_refused() -> None:
     """The API limits string attributes to 64 characters; the schema says which one is too long."""
     g = FakeGpuSource("l4x4", "n").gpus()[0]
-    long = GpuInfo(**{**{f: getattr(g, f) for f in g.__slots__}, "product_name": "X" * 65})  # type: ignore[attr-defined]
+    long = GpuInfo(**{**{f: getattr(g, f) for f in g.__slots__}, "product_name": "X" * 65})
     with pytest.raises(ValueError, match="productName"):
         gpu_device(long)

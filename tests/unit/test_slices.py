@@ -15,8 +15,16 @@ def devs(n: int, *, counters: bool = False) -> list[DeviceSpec]:
 
 @pytest.mark.parametrize(
     ("n", "counters", "sizes"),
-    [(0, False, [0]), (8, False, [8]), (128, False, [128]), (129, False, [128, 1]), (300, False, [128, 128, 44]),
-     (64, True, [64]), (65, True, [64, 1]), (200, True, [64, 64, 64, 8])],
+    [
+        (0, False, [0]),
+        (8, False, [8]),
+        (128, False, [128]),
+        (129, False, [128, 1]),
+        (300, False, [128, 128, 44]),
+        (64, True, [64]),
+        (65, True, [64, 1]),
+        (200, True, [64, 64, 64, 8]),
+    ],
     ids=lambda v: str(v),
 )
 def test_devices_split_at_the_per_slice_limit(n: int, counters: bool, sizes: list[int]) -> None:
@@ -51,4 +59,6 @@ def test_slice_objects_carry_exact_pool_bookkeeping() -> None:
         assert {"name": "n1", "generation": 7, "resourceSliceCount": 3} == o["spec"]["pool"]
         assert "n1" == o["spec"]["nodeName"]
         assert f"n1-gpu.dra-gpu.dev-{i}" == o["metadata"]["name"]
-        assert [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-1", "controller": True}] == o["metadata"]["ownerReferences"]
+        assert [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-1", "controller": True}] == o["metadata"][
+            "ownerReferences"
+        ]

@@ -92,8 +92,20 @@ def test_prepare_twice_returns_the_same_answer_and_restores_a_lost_cdi_file(tmp_
 
 def test_time_slicing_config_is_recorded_and_exposed(tmp_path: Path) -> None:
     """The interval reaches the container's env."""
-    cfg = [{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {
-        "apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}}}]
+    cfg = [
+        {
+            "source": "FromClaim",
+            "requests": [],
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": API_VERSION,
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+                },
+            },
+        }
+    ]
     claims = Claims()
     ref = claims.add(allocated_claim(config=cfg))
     make_state(tmp_path, claims).prepare([ref])
@@ -104,7 +116,11 @@ def test_time_slicing_config_is_recorded_and_exposed(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("claim_kwargs", "ref_override", "message"),
     [
-        ({"config": [{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {"junk": 1}}}]}, {}, "parameters.junk: unknown field"),
+        (
+            {"config": [{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {"junk": 1}}}]},
+            {},
+            "parameters.junk: unknown field",
+        ),
         ({"devices": ["gpu-9"]}, {}, "gpu-9' does not exist on this node"),
         ({"pool": "node-b"}, {}, "in pool 'node-b', not this node's pool 'node-a'"),
         ({"driver": "gpu.nvidia.com"}, {}, "no allocation results for driver gpu.dra-gpu.dev"),
@@ -114,12 +130,16 @@ def test_time_slicing_config_is_recorded_and_exposed(tmp_path: Path) -> None:
     ],
     ids=["garbage-config", "unknown-device", "other-node", "other-driver", "malformed-uid", "replaced-claim", "unknown-claim"],
 )
-def test_bad_claims_get_a_clear_error_and_change_nothing(tmp_path: Path, claim_kwargs: dict[str, Any], ref_override: dict[str, str], message: str) -> None:
+def test_bad_claims_get_a_clear_error_and_change_nothing(
+    tmp_path: Path, claim_kwargs: dict[str, Any], ref_override: dict[str, str], message: str
+) -> None:
     """Each bad input is that claim's error; no CDI file and no checkpoint entry are left."""
     claims = Claims()
     good = claims.add(allocated_claim(name="good", devices=["gpu-3"]))
     bad = claims.add(allocated_claim(name="bad", **claim_kwargs))
-    bad = ClaimRef(ref_override.get("namespace", bad.namespace), ref_override.get("uid", bad.uid), ref_override.get("name", bad.name))
+    bad = ClaimRef(
+        ref_override.get("namespace", bad.namespace), ref_override.get("uid", bad.uid), ref_override.get("name", bad.name)
+    )
     state = make_state(tmp_path, claims)
     out = state.prepare([good, bad])
     assert message in out[bad.uid].error

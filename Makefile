@@ -1,0 +1,61 @@
+# dra-gpu: two commands on a fresh machine.
+#   make demo   set everything up and run the demo
+#   make test   set everything up and run every check and test
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+export PATH := $(CURDIR)/.venv/bin:/usr/local/go/bin:$(PATH)
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: all venv k8s lint check-protos protos unit integration e2e test demo bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(STAMP)
+
+# Kubernetes components built from source (cached under ~/.cache/dra-gpu/k8s-<version>).
+k8s:
+	e2e/build.sh >/dev/null
+
+protos: venv
+	$(VENV)/bin/python scripts/gen_protos.py
+
+check-protos: venv
+	tmp=$$(mktemp -d); $(VENV)/bin/python scripts/gen_protos.py --out $$tmp >/dev/null; \
+	for f in $$(cd $$tmp && find proto -name '*_pb2*'); do \
+	  cmp -s $$tmp/$$f $$f || { echo "stale generated stub $$f: run 'make protos'"; exit 1; }; done; rm -rf $$tmp
+
+lint: venv check-protos
+	ruff check .
+	ruff format --check dra_driver controller kubelet_plugin tests scripts bench e2e
+	mypy .
+	lint-imports
+
+unit: venv
+	pytest -q tests/unit
+
+integration: venv k8s
+	pytest -q tests/integration
+
+e2e: venv k8s
+	pytest -q e2e
+
+test: venv k8s lint
+	pytest -q
+
+demo: venv
+	@echo "== dra-gpu inventory --fake-gpus h100x8 --node-name node-a =="
+	@dra-gpu inventory --fake-gpus h100x8 --node-name node-a
+
+bench: venv k8s
+	$(VENV)/bin/python bench/prepare_latency.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
