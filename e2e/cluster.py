@@ -41,12 +41,7 @@ K8S_VERSION = (E2E_DIR / "K8S_VERSION").read_text().strip()
 
 # Enabled on top of every gate whose name starts with "DRA", if the binary knows
 # it; GenericWorkload is a prerequisite of DRAWorkloadResourceClaims.
-EXTRA_GATES = (
-    "ResourceHealthStatus",
-    "ResourceHealthStatusMessage",
-    "ServiceAccountTokenPodNodeInfo",
-    "GenericWorkload",
-)
+EXTRA_GATES = ("ResourceHealthStatus", "ResourceHealthStatusMessage", "ServiceAccountTokenPodNodeInfo", "GenericWorkload")
 # Off-by-default API versions to serve.  The apiserver rejects versions it does
 # not know, so revisit this list when bumping K8S_VERSION.
 RUNTIME_CONFIG = (
@@ -89,7 +84,7 @@ def find_binaries(names: Sequence[str] = BINARIES, version: str = K8S_VERSION) -
     if missing:
         raise ClusterError(
             f"Kubernetes {version} binaries missing in {bin_dir(version)}: {', '.join(missing)}. "
-            f"Build them with: {E2E_DIR / 'build.sh'} (takes 15-40 min cold, then cached)"
+            f"Build them with: {E2E_DIR / 'build.sh'} (takes a few minutes cold, then cached)"
         )
     return found
 
@@ -98,7 +93,7 @@ def find_binaries(names: Sequence[str] = BINARIES, version: str = K8S_VERSION) -
 def known_gates(binary: Path) -> frozenset[str]:
     """Feature gates a component accepts (from its --help; GA/deprecated ones are hidden)."""
     out = subprocess.run([binary, "--help"], capture_output=True, text=True, check=False)
-    return frozenset(re.findall(r"^\s+(\w+)=true\|false \(", out.stdout + out.stderr, re.MULTILINE))
+    return frozenset(re.findall(r"^\s+(?:kube:)?(\w+)=true\|false \(", out.stdout + out.stderr, re.MULTILINE))
 
 
 def default_gates(binary: Path) -> dict[str, bool]:
@@ -207,12 +202,7 @@ class LocalCluster:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        et: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
     def start(self) -> None:
@@ -229,18 +219,16 @@ class LocalCluster:
             raise
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM every component (newest first), SIGKILL after ``timeout``; remove temp dir."""
-        for proc in reversed(self._procs):
-            if proc.popen.poll() is None:
-                proc.popen.terminate()
-        deadline = time.monotonic() + timeout
-        for proc in reversed(self._procs):
-            try:
-                proc.popen.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.popen.kill()
-                proc.popen.wait()
-        self._procs.clear()
+        """Stop components newest first (SIGTERM, SIGKILL after ``timeout`` s); remove temp dir."""
+        while self._procs:
+            popen = self._procs.pop().popen
+            if popen.poll() is None:
+                popen.terminate()
+                try:
+                    popen.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    popen.kill()
+                    popen.wait()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     @property
@@ -257,22 +245,14 @@ class LocalCluster:
     # -- API helpers --------------------------------------------------------
 
     def api(
-        self,
-        method: str,
-        path: str,
-        body: Mapping[str, Any] | None = None,
-        content_type: str = "application/json",
+        self, method: str, path: str, body: Mapping[str, Any] | None = None, content_type: str = "application/json"
     ) -> dict[str, Any]:
         """One REST call as the cluster admin; raises ApiError on HTTP errors."""
         req = urllib.request.Request(
             self.server + path,
             method=method,
             data=None if body is None else json.dumps(body).encode(),
-            headers={
-                "Authorization": f"Bearer {self.token}",
-                "Content-Type": content_type,
-                "Accept": "application/json",
-            },
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type, "Accept": "application/json"},
         )
         try:
             with urllib.request.urlopen(req, context=self._ssl, timeout=30) as resp:
@@ -287,12 +267,7 @@ class LocalCluster:
             raise ApiError(err.code, detail) from None
 
     def add_node(
-        self,
-        name: str,
-        labels: Mapping[str, str] | None = None,
-        cpu: str = "32",
-        memory: str = "256Gi",
-        pods: str = "110",
+        self, name: str, labels: Mapping[str, str] | None = None, cpu: str = "32", memory: str = "256Gi", pods: str = "110"
     ) -> dict[str, Any]:
         """Register a Ready Node (no kubelet behind it) that the scheduler can use."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -311,54 +286,26 @@ class LocalCluster:
                 }
             ],
         }
-        meta = {
-            "name": name,
-            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
-        }
-        self.api(
-            "POST",
-            "/api/v1/nodes",
-            {"apiVersion": "v1", "kind": "Node", "metadata": meta},
-        )
-        # Status is a subresource: set it explicitly so it never depends on create semantics.
-        return self.api(
-            "PATCH",
-            f"/api/v1/nodes/{name}/status",
-            {"status": status},
-            content_type="application/merge-patch+json",
-        )
+        meta = {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}}
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+        self.api("POST", "/api/v1/nodes", node)
+        # Admission adds a not-ready taint that only the (disabled) node lifecycle
+        # controller would lift; drop it, then set the status subresource.
+        merge = "application/merge-patch+json"
+        self.api("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, merge)
+        return self.api("PATCH", f"/api/v1/nodes/{name}/status", {"status": status}, merge)
 
     # -- internals -----------------------------------------------------------
 
     def _write_credentials(self) -> None:
         """Per-run CA, apiserver serving cert, service-account keys, token and kubeconfig."""
         w, ec = self.workdir, "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
-        ca_key, key, csr, ext = (
-            w / "ca.key",
-            w / "apiserver.key",
-            w / "apiserver.csr",
-            w / "san.ext",
-        )
-        _openssl(
-            f"req -x509 {ec} -days 2 -subj /CN=dra-gpu-e2e-ca -keyout",
-            ca_key,
-            "-out",
-            self.ca_file,
-        )
+        ca_key, key, csr, ext = w / "ca.key", w / "apiserver.key", w / "apiserver.csr", w / "san.ext"
+        _openssl(f"req -x509 {ec} -days 2 -subj /CN=dra-gpu-e2e-ca -keyout", ca_key, "-out", self.ca_file)
         _openssl(f"req {ec} -subj /CN=kube-apiserver -keyout", key, "-out", csr)
         ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-        _openssl(
-            "x509 -req -days 2 -CAcreateserial -in",
-            csr,
-            "-CA",
-            self.ca_file,
-            "-CAkey",
-            ca_key,
-            "-extfile",
-            ext,
-            "-out",
-            w / "apiserver.crt",
-        )
+        x509 = "x509 -req -days 2 -CAcreateserial -in"
+        _openssl(x509, csr, "-CA", self.ca_file, "-CAkey", ca_key, "-extfile", ext, "-out", w / "apiserver.crt")
         _openssl("ecparam -name prime256v1 -genkey -noout -out", w / "sa.key")
         _openssl("ec -pubout -in", w / "sa.key", "-out", w / "sa.pub")
         (w / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
@@ -379,13 +326,7 @@ class LocalCluster:
         self._procs.append(proc)
         return proc
 
-    def _wait(
-        self,
-        proc: _Proc,
-        url: str,
-        ctx: ssl.SSLContext | None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
+    def _wait(self, proc: _Proc, url: str, ctx: ssl.SSLContext | None, headers: Mapping[str, str] | None = None) -> None:
         deadline = time.monotonic() + self.ready_timeout
         last = ""
         while time.monotonic() < deadline:
@@ -403,10 +344,7 @@ class LocalCluster:
         )
 
     def _start_etcd(self) -> None:
-        client, peer = (
-            f"http://127.0.0.1:{free_port()}",
-            f"http://127.0.0.1:{free_port()}",
-        )
+        client, peer = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
         self.etcd_url = client
         proc = self._spawn(
             "etcd",
@@ -450,18 +388,15 @@ class LocalCluster:
                 f"--service-account-signing-key-file={w / 'sa.key'}",
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--allow-privileged=true",
+                f"--client-ca-file={self.ca_file}",  # also publishes the authn configmap
+                "--endpoint-reconciler-type=none",  # 127.0.0.1 is not a valid endpoint
                 self._gates_flag(),
                 f"--runtime-config={runtime}",
                 "--profiling=false",
                 "--v=1",
             ],
         )
-        self._wait(
-            proc,
-            f"{self.server}/readyz",
-            self._ssl,
-            {"Authorization": f"Bearer {self.token}"},
-        )
+        self._wait(proc, f"{self.server}/readyz", self._ssl, {"Authorization": f"Bearer {self.token}"})
         self.ready_seconds = time.monotonic() - started
 
     def _component_args(self, name: str, port: int) -> list[str | Path]:
@@ -496,10 +431,7 @@ class LocalCluster:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m e2e.cluster",
-        description="Run a local Kubernetes control plane.",
-    )
+    parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description="Run a local Kubernetes control plane.")
     parser.add_argument("command", choices=["up"])
     parser.add_argument("--no-scheduler", action="store_true")
     parser.add_argument("--no-controller-manager", action="store_true")
@@ -513,9 +445,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     try:
         with LocalCluster(
-            with_scheduler=not args.no_scheduler,
-            with_controller_manager=not args.no_controller_manager,
-            log_dir=args.log_dir,
+            with_scheduler=not args.no_scheduler, with_controller_manager=not args.no_controller_manager, log_dir=args.log_dir
         ) as cluster:
             for node in args.node:
                 cluster.add_node(node)

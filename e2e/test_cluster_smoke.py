@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any
 
 import pytest
+from kubernetes import client, config
 
 from e2e.cluster import K8S_VERSION, ApiError, LocalCluster
 
@@ -37,11 +37,11 @@ def gpu_slice(node: str, device: str, **device_fields: Any) -> dict[str, Any]:
 
 def test_version_and_kubeconfig(cluster: LocalCluster) -> None:
     assert cluster.api("GET", "/version")["gitVersion"] == K8S_VERSION
-    # The kubeconfig works with the official client (untyped, hence importlib).
-    config = importlib.import_module("kubernetes.config")
-    client = importlib.import_module("kubernetes.client")
-    api = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
-    assert api.read_namespace("default").metadata.name == "default"
+    # The kubeconfig works with the official client, CA verification included.
+    api = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))  # type: ignore[no-untyped-call]
+    namespace = api.read_namespace("default")
+    assert namespace.metadata is not None
+    assert namespace.metadata.name == "default"
 
 
 def test_node_and_resource_slice_round_trip(cluster: LocalCluster) -> None:
@@ -54,11 +54,7 @@ def test_node_and_resource_slice_round_trip(cluster: LocalCluster) -> None:
     cluster.api("POST", SLICES, gpu_slice("node-a", "gpu-0"))
     got = cluster.api("GET", f"{SLICES}/node-a-gpu-0")
     assert got["spec"]["driver"] == DRIVER
-    assert got["spec"]["pool"] == {
-        "name": "node-a",
-        "generation": 1,
-        "resourceSliceCount": 1,
-    }
+    assert got["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 1}
     (device,) = got["spec"]["devices"]
     assert device["name"] == "gpu-0"
     assert device["attributes"]["model"] == {"string": "H100"}
@@ -67,11 +63,7 @@ def test_node_and_resource_slice_round_trip(cluster: LocalCluster) -> None:
 
 def test_dra_gate_fields_are_kept(cluster: LocalCluster) -> None:
     """The apiserver silently drops fields of disabled gates: check a beta one survives."""
-    taint = {
-        "key": "dra-gpu.example.org/unhealthy",
-        "value": "xid-79",
-        "effect": "NoSchedule",
-    }
+    taint = {"key": "dra-gpu.example.org/unhealthy", "value": "xid-79", "effect": "NoSchedule"}
     cluster.api("POST", SLICES, gpu_slice("node-a", "gpu-1", taints=[taint]))
     (device,) = cluster.api("GET", f"{SLICES}/node-a-gpu-1")["spec"]["devices"]
     assert device["taints"][0]["key"] == taint["key"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import stat
+import time
 import uuid
 
 import grpc
@@ -178,3 +179,50 @@ def test_health_probe_exercises_the_sockets(plugin: PluginProcess) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="liveness"), timeout=10)
     assert health_pb2.HealthCheckResponse.SERVING == resp.status
+
+
+def test_methods_answer_at_the_upstream_paths(plugin: PluginProcess, apiserver: LocalCluster) -> None:
+    """The kubelet dials fixed method paths; call them by name, not through our generated stubs."""
+    from proto.dra.v1 import api_pb2 as v1
+    from proto.dra.v1beta1 import api_pb2 as v1beta1
+    from proto.pluginregistration import api_pb2 as reg
+
+    ref = create_allocated_claim(apiserver, name=name())
+    with grpc.insecure_channel(f"unix://{plugin.reg_socket}") as ch:
+        info = ch.unary_unary(
+            "/pluginregistration.Registration/GetInfo",
+            request_serializer=reg.InfoRequest.SerializeToString,
+            response_deserializer=reg.PluginInfo.FromString,
+        )(reg.InfoRequest(), timeout=10)
+    assert "DRAPlugin" == info.type
+    with grpc.insecure_channel(f"unix://{plugin.dra_socket}") as ch:
+        for pb, pkg in ((v1, "k8s.io.kubelet.pkg.apis.dra.v1"), (v1beta1, "k8s.io.kubelet.pkg.apis.dra.v1beta1")):
+            call = ch.unary_unary(
+                f"/{pkg}.DRAPlugin/NodePrepareResources",
+                request_serializer=pb.NodePrepareResourcesRequest.SerializeToString,
+                response_deserializer=pb.NodePrepareResourcesResponse.FromString,
+            )
+            resp = call(pb.NodePrepareResourcesRequest(claims=[pb.Claim(namespace=ref[0], uid=ref[1], name=ref[2])]), timeout=10)
+            assert ["gpu-0"] == [d.device_name for d in resp.claims[ref[1]].devices]
+    plugin.unprepare([ref])
+
+
+def test_plugin_publishes_its_nodes_slices(tmp_path_factory: pytest.TempPathFactory, apiserver: LocalCluster) -> None:
+    """The plugin runs the publisher for its own node's pool; the API server accepts the slices."""
+    apiserver.add_node("node-pub")
+    p = PluginProcess(
+        tmp_path_factory.mktemp("pub"), kubeconfig=apiserver.kubeconfig, node="node-pub", profile="l4x4", publish=True
+    )
+    p.start()
+    try:
+        deadline = time.monotonic() + 20
+        items: list[dict[str, object]] = []
+        while time.monotonic() < deadline and not items:
+            items = apiserver.api("GET", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=node-pub")["items"]
+            time.sleep(0.2)
+        assert 1 == len(items)
+        spec = items[0]["spec"]
+        assert ["gpu-0", "gpu-1", "gpu-2", "gpu-3"] == [d["name"] for d in spec["devices"]]  # type: ignore[index]
+        assert {"name": "node-pub", "generation": 1, "resourceSliceCount": 1} == spec["pool"]  # type: ignore[index]
+    finally:
+        assert 0 == p.stop()

@@ -38,6 +38,7 @@ DRIVER = DEFAULT_DRIVER_NAME
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 REPO = Path(__file__).resolve().parents[2]
 
+
 class CountingSliceApi(KubeSliceApi):
     """KubeSliceApi that counts its writes (create, update, delete)."""
 
@@ -230,7 +231,7 @@ def test_dropped_fields_are_reported_once_without_rewrites(tmp_path: Path) -> No
     """With DRADeviceTaints off the server drops taints: logged as an error, not rewritten forever."""
     taint = {"taints": [{"key": "dra-gpu.dev/unhealthy", "value": "xid-79", "effect": "NoSchedule"}]}
     devices = [DeviceSpec("gpu-0", {"type": Attr("string", "gpu")}, {}, taint)]
-    with LocalCluster(feature_gates={"DRADeviceTaints": False}, log_dir=tmp_path) as c:
+    with LocalCluster(feature_gates={"DRADeviceTaints": False, "DRADeviceTaintRules": False}, log_dir=tmp_path) as c:
         c.add_node("tainted")
         api = slice_api(c)
         publisher = SlicePublisher(api, DRIVER, "tainted")

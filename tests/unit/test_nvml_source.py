@@ -33,9 +33,7 @@ class FakeNvml:
         self.shutdowns = 0
 
     def __getattr__(self, name: str) -> Any:
-        if (
-            name.startswith(("nvmlDeviceSet", "nvmlSet", "nvmlDeviceCreate")) or "Reset" in name
-        ):
+        if name.startswith(("nvmlDeviceSet", "nvmlSet", "nvmlDeviceCreate")) or "Reset" in name:
             raise AssertionError(f"the NVML source must not call {name}")
         raise AttributeError(name)
 

@@ -192,3 +192,41 @@ def test_reboot_drops_state_and_orphaned_cdi_files(tmp_path: Path) -> None:
     assert {} == dict(state.prepared_claims())
     assert [] == cdi_files(tmp_path)
     assert ["gpu-0"] == [d.device_name for d in state.prepare([ref])[ref.uid].devices]
+
+
+def test_prepare_waits_for_the_cross_process_lock_and_fails_clearly(tmp_path: Path) -> None:
+    """While another process holds serialize.lock, prepare times out with a claim error, changing nothing."""
+    from dra_driver.files.lock import file_lock
+
+    claims = Claims()
+    ref = claims.add(allocated_claim())
+    state = make_state(tmp_path, claims)
+    state._lock_timeout = 0.2
+    with file_lock(tmp_path / "serialize.lock"):
+        out = state.prepare([ref])
+    assert "timed out" in out[ref.uid].error
+    assert [] == cdi_files(tmp_path)
+
+
+def test_real_gpus_get_device_nodes_and_the_toolkit_device(tmp_path: Path) -> None:
+    """On NVML GPUs the spec carries /dev/nvidia<minor> plus control nodes, and the toolkit id is added."""
+    claims = Claims()
+    ref = claims.add(allocated_claim(devices=["gpu-2"]))
+    gpus = FakeGpuSource("h100x8", "node-a").gpus()
+    state = DeviceState(
+        driver=DRIVER,
+        node_name="node-a",
+        gpus=gpus,
+        claims=claims,
+        cdi=CdiStore(tmp_path / "cdi", DRIVER),
+        checkpoints=CheckpointStore(tmp_path / "plugin", "b"),
+        lock_path=tmp_path / "serialize.lock",
+        device_nodes=True,
+        toolkit_devices=frozenset({gpus[2].uuid}),
+    )
+    state.startup()
+    dev = state.prepare([ref])[ref.uid].devices[0]
+    assert (f"k8s.{DRIVER}/claim={ref.uid}-gpu-2", f"nvidia.com/gpu={gpus[2].uuid}") == dev.cdi_device_ids
+    spec = json.loads(next((tmp_path / "cdi").iterdir()).read_text())
+    nodes = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+    assert ["/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] == nodes
