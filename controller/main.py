@@ -8,16 +8,13 @@ node's GPUs (``make_source``), maps them with ``node_devices`` and runs the
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
 import threading
 from dataclasses import dataclass
-from types import FrameType
 
 import structlog
 
-from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
+from dra_driver.appkit.flags import add_common_flags, check_common_flags
+from dra_driver.appkit.signals import stop_on_signals
 from dra_driver.core.schema import node_devices
 from dra_driver.obs.logs import configure_logging
 from dra_driver.sources.select import make_source
@@ -36,28 +33,12 @@ class ControllerSettings:
     log_level: str
 
 
-def _env(name: str, default: str | None = None) -> str | None:
-    value = os.environ.get(name)
-    return value if value else default
-
-
 def parse(argv: list[str] | None = None) -> ControllerSettings:
     """Parse flags (env vars as defaults); exit 2 with a message naming a bad value."""
     p = argparse.ArgumentParser(prog="dra-gpu-controller", description="publish one node's dra-gpu ResourceSlices")
-    p.add_argument("--node-name", default=_env("NODE_NAME"), help="the node whose slices to publish [NODE_NAME] (required)")
-    p.add_argument("--driver-name", default=_env("DRIVER_NAME", DEFAULT_DRIVER_NAME), help="DRA driver name [DRIVER_NAME]")
-    p.add_argument("--fake-gpus", default=_env("FAKE_GPUS"), help="fake GPU profile instead of NVML, e.g. h100x8 [FAKE_GPUS]")
-    p.add_argument("--kubeconfig", default=_env("KUBECONFIG"), help="kubeconfig; in-cluster config when absent [KUBECONFIG]")
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="debug, info, warning, error [LOG_LEVEL]")
+    add_common_flags(p)
     a = p.parse_args(argv)
-    if not a.node_name:
-        p.error("--node-name (or NODE_NAME) is required")
-    try:
-        driver = validate_driver_name(a.driver_name)
-    except ValueError as err:
-        p.error(f"--driver-name: {err}")
-    if a.log_level.upper() not in logging.getLevelNamesMapping():
-        p.error(f"--log-level: unknown level {a.log_level!r}")
+    driver = check_common_flags(p, a)
     return ControllerSettings(
         node_name=a.node_name,
         driver_name=driver,
@@ -94,14 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level)
     structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        del frame
-        log.info("signal_received", signal=signal.Signals(signum).name)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
+    stop_on_signals(stop)
     try:
         return run(settings, stop)
     except Exception:

@@ -8,18 +8,17 @@ calls finish (grace), DRA socket removed, publisher stopped.
 
 from __future__ import annotations
 
-import signal
 import threading
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import grpc
 import structlog
 from grpc_health.v1 import health_pb2_grpc
 
+from dra_driver.appkit.signals import stop_on_signals
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.schema import node_devices
 from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
@@ -157,14 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse(argv)
     configure_logging(settings.log_level)
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        del frame
-        log.info("signal_received", signal=signal.Signals(signum).name)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
+    stop_on_signals(stop)
     try:
         return run(settings, stop)
     except Exception:

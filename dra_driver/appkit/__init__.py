@@ -1,0 +1,1 @@
+"""Plumbing every dra-gpu daemon shares: common flags with env defaults, stop signals."""

@@ -1,0 +1,47 @@
+"""The flags both daemons take (node, driver, fake GPUs, kubeconfig, log level), each an env var too.
+
+Called by ``kubelet_plugin.settings`` and ``controller.main`` so the two never drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
+from dra_driver.sources.fake import PROFILES
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """The env var's value, or ``default`` when it is unset or empty."""
+    value = os.environ.get(name)
+    return value if value else default
+
+
+def add_common_flags(p: argparse.ArgumentParser) -> None:
+    """--node-name, --driver-name, --fake-gpus, --kubeconfig, --log-level."""
+    p.add_argument("--node-name", default=env("NODE_NAME"), help="this node's name [NODE_NAME] (required)")
+    p.add_argument("--driver-name", default=env("DRIVER_NAME", DEFAULT_DRIVER_NAME), help="DRA driver name [DRIVER_NAME]")
+    p.add_argument(
+        "--fake-gpus",
+        default=env("FAKE_GPUS"),
+        help=f"fake GPU profile instead of NVML: {', '.join(sorted(PROFILES))} [FAKE_GPUS]",
+    )
+    p.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="kubeconfig; in-cluster config when absent [KUBECONFIG]")
+    p.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning, error [LOG_LEVEL]")
+
+
+def check_common_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> str:
+    """Validate the common flags (``p.error`` exits 2 naming the flag); return the driver name."""
+    if not a.node_name:
+        p.error("--node-name (or NODE_NAME) is required")
+    try:
+        driver = validate_driver_name(a.driver_name)
+    except ValueError as err:
+        p.error(f"--driver-name: {err}")
+    if a.fake_gpus and a.fake_gpus not in PROFILES:
+        p.error(f"--fake-gpus: unknown profile {a.fake_gpus!r}; known: {', '.join(sorted(PROFILES))}")
+    if a.log_level.upper() not in logging.getLevelNamesMapping():
+        p.error(f"--log-level: unknown level {a.log_level!r}")
+    return driver
