@@ -45,8 +45,8 @@ for name in "${names[@]}"; do
   fi
   echo "build $name (${pkg[$name]}) ..." >&2
   start=$SECONDS
-  go build -trimpath -ldflags="$ldflags" -o "$bin/.$name.tmp" "${pkg[$name]}"
-  mv -f "$bin/.$name.tmp" "$bin/$name"   # atomic: a killed build leaves no binary
+  go build -trimpath -ldflags="$ldflags" -o "$bin/.$name.$$.tmp" "${pkg[$name]}"
+  mv -f "$bin/.$name.$$.tmp" "$bin/$name"   # atomic: a killed build leaves no binary
   echo "built $name in $((SECONDS - start))s ($(du -h "$bin/$name" | cut -f1))" >&2
 done
 echo "$bin"

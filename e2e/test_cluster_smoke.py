@@ -62,12 +62,14 @@ def test_node_and_resource_slice_round_trip(cluster: LocalCluster) -> None:
 
 
 def test_dra_gate_fields_are_kept(cluster: LocalCluster) -> None:
-    """The apiserver silently drops fields of disabled gates: check a beta one survives."""
-    taint = {"key": "dra-gpu.example.org/unhealthy", "value": "xid-79", "effect": "NoSchedule"}
-    cluster.api("POST", SLICES, gpu_slice("node-a", "gpu-1", taints=[taint]))
+    """The apiserver silently drops fields of disabled gates: check beta and alpha ones survive."""
+    taint = {"key": "dra-gpu.example.org/unhealthy", "value": "xid-79", "effect": "NoSchedule"}  # DRADeviceTaints (beta)
+    numa = {"ints": [0, 1]}  # DRAListTypeAttributes (alpha)
+    cluster.api("POST", SLICES, gpu_slice("node-a", "gpu-1", taints=[taint], attributes={"numaNodes": numa}))
     (device,) = cluster.api("GET", f"{SLICES}/node-a-gpu-1")["spec"]["devices"]
     assert device["taints"][0]["key"] == taint["key"]
     assert "timeAdded" in device["taints"][0]
+    assert device["attributes"]["numaNodes"] == numa
 
 
 def test_invalid_slice_is_rejected_with_422(cluster: LocalCluster) -> None:
