@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Build etcd, kube-apiserver, kube-scheduler and kube-controller-manager from
-# the Go modules pinned in e2e/go.mod (release in e2e/K8S_VERSION) into
+# Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kubelet
+# from the Go modules pinned in e2e/go.mod (release in e2e/K8S_VERSION), and our
+# fake CRI runtime (e2e/cmd/fakecri), into
 #   ${DRA_GPU_CACHE:-$HOME/.cache/dra-gpu}/k8s-<version>/bin/
-# Binaries already there are kept, so reruns are cheap.  Usage:
-#   e2e/build.sh                 # all four
+# Upstream binaries already there are kept, so reruns are cheap; ours are rebuilt
+# when a file under e2e/cmd/<name>/ or go.mod/go.sum is newer.  Usage:
+#   e2e/build.sh                 # all
 #   e2e/build.sh etcd kube-apiserver
 # Prints the bin directory as the last line of stdout.
 set -euo pipefail
@@ -32,14 +34,22 @@ declare -A pkg=(
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
   [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
+  [kubelet]=k8s.io/kubernetes/cmd/kubelet
+  [fakecri]=./cmd/fakecri
 )
 # etcd and the apiserver first: every test needs them, the rest only some.
 names=("$@")
-(( ${#names[@]} )) || names=(etcd kube-apiserver kube-scheduler kube-controller-manager)
+(( ${#names[@]} )) || names=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet fakecri)
+
+# Our own programs change with the repo: stale if any of their inputs is newer.
+stale() {
+  [[ "${pkg[$1]}" == ./* ]] || return 1
+  [[ -n "$(find "${pkg[$1]}" go.mod go.sum -newer "$bin/$1" -print -quit)" ]]
+}
 
 for name in "${names[@]}"; do
   [[ -n "${pkg[$name]:-}" ]] || { echo "unknown binary: $name" >&2; exit 2; }
-  if [[ -x "$bin/$name" ]]; then
+  if [[ -x "$bin/$name" ]] && ! stale "$name"; then
     echo "have  $name" >&2
     continue
   fi

@@ -5,7 +5,9 @@
 # at v0.0.0 and replaces them with ./staging paths, which do not exist for a
 # consumer.  We add one replace per such module pointing at the published
 # v0.<minor>.<patch> tag, pin etcd's server to the version kubernetes pins, and
-# record the four binaries as `tool` directives so `go mod tidy` keeps them.
+# record the binaries build.sh builds from upstream as `tool` directives so
+# `go mod tidy` keeps them.  Our own programs (e2e/cmd/*, e.g. fakecri) are
+# packages of this module, so tidy keeps their imports too.
 # Run only when bumping K8S_VERSION; build.sh never rewrites go.mod.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -32,7 +34,8 @@ go mod edit -go=1.26.0 -godebug=default=go1.26
 for m in $mods; do go mod edit -replace="${m}=${m}@${staging}"; done
 go mod edit -require="k8s.io/kubernetes@${version}" -require="go.etcd.io/etcd/server/v3@${etcd}"
 for t in k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
-         k8s.io/kubernetes/cmd/kube-controller-manager go.etcd.io/etcd/server/v3; do
+         k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubelet \
+         go.etcd.io/etcd/server/v3; do
   go mod edit -tool="$t"
 done
 go mod tidy
