@@ -57,7 +57,10 @@ def install_device_class(c: LocalCluster) -> None:
 
 
 def slices(c: LocalCluster) -> list[dict[str, Any]]:
-    return c.api("GET", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver={DRIVER}")["items"]
+    items: list[dict[str, Any]] = c.api("GET", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver={DRIVER}")[
+        "items"
+    ]
+    return items
 
 
 def wait_for(cond: Any, what: str, timeout: float = 60.0) -> Any:
@@ -97,7 +100,11 @@ def scheduled_condition(c: LocalCluster, pod_name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("manifest", "pod_name", "node"),
-    [("gpu-h100.yaml", "gpu-h100", "node-a"), ("gpu-40gi.yaml", "gpu-40gi", "node-a"), ("gpu-no-mig.yaml", "gpu-no-mig", "node-b")],
+    [
+        ("gpu-h100.yaml", "gpu-h100", "node-a"),
+        ("gpu-40gi.yaml", "gpu-40gi", "node-a"),
+        ("gpu-no-mig.yaml", "gpu-no-mig", "node-b"),
+    ],
 )
 def test_selector_places_pod_on_the_matching_node(sched_cluster: LocalCluster, manifest: str, pod_name: str, node: str) -> None:
     """Product name, memory quantity and migCapable selectors pick the right node's GPU."""
@@ -156,8 +163,13 @@ def test_deleted_slices_of_both_nodes_come_back(sched_cluster: LocalCluster) -> 
     assert {"node-a": 8, "node-b": 4} == before
     for s in slices(sched_cluster):
         sched_cluster.api("DELETE", f"/apis/resource.k8s.io/v1/resourceslices/{s['metadata']['name']}")
+
+    def back() -> list[dict[str, Any]] | None:
+        got = slices(sched_cluster)
+        return got if len(got) == 2 and all(s["spec"]["pool"]["generation"] >= 2 for s in got) else None
+
     restored = wait_for(
-        lambda: (got := slices(sched_cluster)) and len(got) == 2 and all(s["spec"]["pool"]["generation"] >= 2 for s in got) and got,
+        back,
         "slices restored at a new generation",
         timeout=20,
     )

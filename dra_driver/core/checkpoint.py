@@ -52,16 +52,21 @@ class PreparedDevice:
     device_name: str
     cdi_device_ids: tuple[str, ...]
     share_id: str | None = None
+    admin_access: bool = False
+    """Prepared for admin access: does not hold the device exclusively (not sent to the kubelet)."""
 
     def to_json(self) -> dict[str, Any]:
-        """Checkpoint JSON of this device."""
-        return {
+        """Checkpoint JSON of this device (``adminAccess`` only when true: an additive field)."""
+        out: dict[str, Any] = {
             "requestNames": list(self.request_names),
             "poolName": self.pool_name,
             "deviceName": self.device_name,
             "cdiDeviceIDs": list(self.cdi_device_ids),
             "shareID": self.share_id,
         }
+        if self.admin_access:
+            out["adminAccess"] = True
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> PreparedDevice:
@@ -72,6 +77,7 @@ class PreparedDevice:
             device_name=str(raw["deviceName"]),
             cdi_device_ids=tuple(raw.get("cdiDeviceIDs") or ()),
             share_id=raw.get("shareID") or None,
+            admin_access=bool(raw.get("adminAccess", False)),
         )
 
 

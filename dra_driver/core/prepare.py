@@ -70,6 +70,7 @@ def plan_claim(
     devices: list[PreparedDevice] = []
     pools = {(r.device, r.share_id): r.pool for r in claim.results}
     shared = {(r.device, r.share_id) for r in claim.results if r.share_id or r.admin_access}
+    admin = {(r.device, r.share_id) for r in claim.results if r.admin_access}
     for (device, share_id), requests in by_device.items():
         gpu = gpus[device]
         if (device, share_id) not in shared and device in held:
@@ -79,7 +80,9 @@ def plan_claim(
         ids = [cdi_device_id(driver, claim.uid, device, share_id)]
         if gpu.uuid in toolkit_devices:
             ids.append(f"{TOOLKIT_CDI_KIND}={gpu.uuid}")
-        devices.append(PreparedDevice(tuple(requests), pools[(device, share_id)], device, tuple(ids), share_id))
+        devices.append(
+            PreparedDevice(tuple(requests), pools[(device, share_id)], device, tuple(ids), share_id, (device, share_id) in admin)
+        )
     spec = claim_spec(driver, claim.uid, edits)
     validate_spec(spec)
     return ClaimPlan(devices=tuple(devices), cdi_spec=spec, configs=configs)
@@ -92,6 +95,6 @@ def _exclusively_held(prepared: Mapping[str, ClaimEntry], exclude_uid: str) -> d
         if uid == exclude_uid or entry.state is not ClaimState.PREPARE_COMPLETED:
             continue
         for d in entry.devices:
-            if d.share_id is None:
+            if d.share_id is None and not d.admin_access:
                 out[d.device_name] = f"{entry.namespace}/{entry.name} ({uid})"
     return out

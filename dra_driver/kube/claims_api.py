@@ -30,6 +30,7 @@ class KubeClaimApi:
         self._resource = client.ResourceV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
         self._timeout = timeout_s
+        self._node_uids: dict[str, str] = {}
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """GET one ResourceClaim as JSON; raise ClaimLookupError."""
@@ -46,6 +47,12 @@ class KubeClaimApi:
         data: dict[str, Any] = json.loads(cast(Any, resp).data)  # raw urllib3 response (no model)
         return data
 
+    def _node_uid(self, node_name: str) -> str:
+        if node_name not in self._node_uids:
+            resp = self._core.read_node(node_name, _preload_content=False, _request_timeout=self._timeout)
+            self._node_uids[node_name] = str(json.loads(cast(Any, resp).data)["metadata"]["uid"])
+        return self._node_uids[node_name]
+
     def node_event(self, *, node_name: str, reason: str, message: str, warning: bool, component: str) -> None:
         """Record an Event on the Node (in namespace default, as node events are)."""
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -53,7 +60,7 @@ class KubeClaimApi:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{node_name}.dra-gpu.", "namespace": "default"},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_name},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": self._node_uid(node_name)},
             "reason": reason,
             "message": message[:1024],
             "type": "Warning" if warning else "Normal",

@@ -230,3 +230,16 @@ def test_real_gpus_get_device_nodes_and_the_toolkit_device(tmp_path: Path) -> No
     spec = json.loads(next((tmp_path / "cdi").iterdir()).read_text())
     nodes = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
     assert ["/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] == nodes
+
+
+def test_admin_access_claims_do_not_block_and_are_not_blocked(tmp_path: Path) -> None:
+    """adminAccess results may use a device another claim holds (monitoring), in either order."""
+    claims = Claims()
+    admin_obj = allocated_claim(name="admin")
+    admin_obj["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    admin = claims.add(admin_obj)
+    user = claims.add(allocated_claim(name="user"))
+    state = make_state(tmp_path, claims)
+    assert "" == state.prepare([admin])[admin.uid].error
+    assert "" == state.prepare([user])[user.uid].error
+    assert state.prepared_claims()[admin.uid].devices[0].admin_access

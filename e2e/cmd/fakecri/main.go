@@ -94,7 +94,7 @@ func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.
 		rec.CDIDevices = append(rec.CDIDevices, d.GetName())
 	}
 	for _, kv := range cfg.GetEnvs() {
-		rec.Envs[kv.GetKey()] = kv.GetValue()
+		rec.Envs[kv.GetKey()] = string(kv.GetValue())
 	}
 	for _, m := range cfg.GetMounts() {
 		rec.Mounts = append(rec.Mounts, mount{m.GetHostPath(), m.GetContainerPath(), m.GetReadonly()})
