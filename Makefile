@@ -23,6 +23,7 @@ venv: $(STAMP)
 # Kubernetes components built from source (cached under ~/.cache/dra-gpu/k8s-<version>).
 k8s:
 	e2e/build.sh >/dev/null
+	e2e/helm/build.sh >/dev/null
 
 protos: venv
 	$(VENV)/bin/python scripts/gen_protos.py

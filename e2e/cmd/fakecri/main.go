@@ -64,8 +64,9 @@ type device struct {
 // recordingRuntime is the upstream fake with CreateContainer wrapped to record it.
 type recordingRuntime struct {
 	*fake.RemoteRuntime
-	mu  sync.Mutex
-	out *os.File
+	mu     sync.Mutex
+	out    *os.File
+	logDir string // container logs when the kubelet names no log path
 }
 
 func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
@@ -89,6 +90,8 @@ func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.
 	}
 	if err != nil {
 		rec.Error = err.Error()
+	} else {
+		r.setLogPath(rec.ContainerID, sandbox.GetLogDirectory(), cfg.GetLogPath())
 	}
 	for _, d := range cfg.GetCDIDevices() {
 		rec.CDIDevices = append(rec.CDIDevices, d.GetName())
@@ -104,6 +107,28 @@ func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.
 	}
 	r.write(rec)
 	return resp, err
+}
+
+// setLogPath gives the container the log file a real runtime would write (and
+// creates it, empty).  The upstream fake leaves ContainerStatus.LogPath empty,
+// and the kubelet then cleans a removed container's logs with Glob(LogPath+"*"):
+// "*", every file in the kubelet's working directory.
+func (r *recordingRuntime) setLogPath(containerID, dir, rel string) {
+	path := filepath.Join(r.logDir, containerID+".log")
+	if dir != "" && rel != "" {
+		path = filepath.Join(dir, rel)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o640); err == nil {
+			_ = f.Close()
+		}
+	}
+	rs := r.RuntimeService
+	rs.Lock()
+	defer rs.Unlock()
+	if c, ok := rs.Containers[containerID]; ok {
+		c.LogPath = path
+	}
 }
 
 func (r *recordingRuntime) write(rec record) {
@@ -158,7 +183,7 @@ func run(listen, recordPath, fsRoot string) error {
 	defer out.Close()
 
 	upstream := fake.NewFakeRemoteRuntime() // its own gRPC server stays unused
-	rt := &recordingRuntime{RemoteRuntime: upstream, out: out}
+	rt := &recordingRuntime{RemoteRuntime: upstream, out: out, logDir: filepath.Join(fsRoot, "container-logs")}
 	rt.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 		{Type: runtimeapi.RuntimeReady, Status: true},
 		{Type: runtimeapi.NetworkReady, Status: true},
@@ -171,6 +196,7 @@ func run(listen, recordPath, fsRoot string) error {
 		InodesUsed: &runtimeapi.UInt64Value{Value: 0},
 	}}
 	rt.ImageService.SetFakeFilesystemUsage(usage)
+	rt.ImageService.SetFakeImageSize(1 << 20) // the kubelet refuses images of size 0
 	rt.ImageService.SetFakeContainerFilesystemUsage(usage)
 	go rt.trimCallLogs(time.Minute)
 

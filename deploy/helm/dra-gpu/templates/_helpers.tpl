@@ -59,13 +59,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/*
-Container securityContext: the user's, else privileged for NVML (GPU device nodes), else
-unprivileged with nothing extra for fake GPUs.
+Container securityContext; call with (dict "ctx" $ "override" <values>): the override when
+set, else privileged for NVML (GPU device nodes), else unprivileged with every capability
+dropped for fake GPUs (root without capabilities can still write the root-owned host dirs).
 */}}
 {{- define "dra-gpu.securityContext" -}}
-{{- if .Values.kubeletPlugin.securityContext -}}
-{{- toYaml .Values.kubeletPlugin.securityContext -}}
-{{- else if include "dra-gpu.nvml" . -}}
+{{- if .override -}}
+{{- toYaml .override -}}
+{{- else if include "dra-gpu.nvml" .ctx -}}
 privileged: true
 {{- else -}}
 privileged: false

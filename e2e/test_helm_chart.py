@@ -1,0 +1,615 @@
+"""The Helm chart (deploy/helm/dra-gpu): Helm's linter and schema, the rendered manifests, and a real install.
+
+The Helm CLI is built from source by ``e2e/helm/build.sh`` (version pinned in
+``e2e/helm/go.mod``) and the control plane by ``e2e/build.sh``; ``make test`` runs both. This
+module builds nothing: a missing binary fails with the script to run.
+
+The install goes into a ``LocalCluster`` (etcd + kube-apiserver, no kubelet), so no pod of the
+chart ever runs here: nothing on these machines runs containers. What the API server itself
+does is real, and that is what the cluster tests check: it accepts every object of the chart
+(CEL selectors of the DeviceClasses and the admission policy are compiled on the way in), its
+RBAC authorizer applies the ClusterRole, and its admission chain enforces the
+ValidatingAdmissionPolicy against a genuine ServiceAccount token that is bound to a pod on a
+node, exactly the credentials the kubelet plugin's pod gets. Finally the real plugin process,
+started with the env the chart renders and that token, publishes and restores its node's
+slices: the chart's permissions are enough, not just small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.core.driver import DEFAULT_DRIVER_NAME
+from dra_driver.sources.fake import PROFILES
+from e2e.cluster import ApiError, LocalCluster, cache_dir
+
+E2E_DIR = Path(__file__).resolve().parent
+CHART = E2E_DIR.parent / "deploy" / "helm" / "dra-gpu"
+HELM_BUILD = E2E_DIR / "helm" / "build.sh"
+
+RELEASE = "dra-gpu"
+NAMESPACE = "dra-gpu"
+# Object names for release "dra-gpu" of chart "dra-gpu" (the release name is the prefix).
+PLUGIN = "dra-gpu-kubelet-plugin"  # DaemonSet, ServiceAccount, ClusterRole(Binding)
+POLICY = "dra-gpu-resourceslices"  # ValidatingAdmissionPolicy and its binding
+DENIED = "may only create, update and delete ResourceSlices of its own node"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+def helm_version() -> str:
+    """The Helm release pinned in e2e/helm/go.mod (the one place it is written)."""
+    gomod = (E2E_DIR / "helm" / "go.mod").read_text()
+    found = re.search(r"^\s*helm\.sh/helm/v\d+ (v\S+)", gomod, re.MULTILINE)
+    assert found, "e2e/helm/go.mod requires no helm.sh/helm module"
+    return found.group(1)
+
+
+@dataclass(frozen=True)
+class Helm:
+    """The Helm CLI with a private config/cache/data home (nothing of the user's is read or written)."""
+
+    binary: Path
+    home: Path
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``helm args...``; with ``check``, fail the test with Helm's output on a non-zero exit."""
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "HELM_CACHE_HOME": str(self.home / "cache"),
+            "HELM_CONFIG_HOME": str(self.home / "config"),
+            "HELM_DATA_HOME": str(self.home / "data"),
+            "KUBECONFIG": str(self.home / "no-kubeconfig"),  # only an explicit --kubeconfig reaches a cluster
+        }
+        proc = subprocess.run([str(self.binary), *args], capture_output=True, text=True, env=env, timeout=180, check=False)
+        if check and proc.returncode != 0:
+            pytest.fail(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def template(self, *sets: str) -> list[dict[str, Any]]:
+        """Render the chart (release dra-gpu, namespace dra-gpu) with ``--set`` values; the manifests."""
+        args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+        for s in sets:
+            args += ["--set", s]
+        return [d for d in yaml.safe_load_all(self.run(*args).stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """The built Helm binary; fails (never skips) naming e2e/helm/build.sh when it is missing."""
+    version = helm_version()
+    binary = cache_dir() / f"helm-{version}" / "bin" / "helm"
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"Helm {version} is not built ({binary} missing). Build it with: {HELM_BUILD}")
+    h = Helm(binary, tmp_path_factory.mktemp("helm-home"))
+    out = h.run("version", "--template", "{{ .Version }}").stdout.strip()
+    assert out == version, f"{binary} reports version {out!r}, expected {version}"
+    return h
+
+
+def by_kind(docs: Sequence[Mapping[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    """Rendered objects of one kind, by name."""
+    return {d["metadata"]["name"]: dict(d) for d in docs if d["kind"] == kind}
+
+
+def env_of(container: Mapping[str, Any]) -> dict[str, Any]:
+    """A container's env as name -> value (or valueFrom)."""
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+# -- Helm's linter and the values schema ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        ("gpus.fake.profile=h100x8",),
+        ("gpus.fake.profile=l4x4", "controller.enabled=true", "controller.nodeName=node-a", "deviceStatus.enabled=true"),
+        ("admissionPolicy.enabled=false", "deviceClasses.mig.enabled=false", "kubeletPlugin.healthcheckPort=-1"),
+    ],
+    ids=["defaults", "fake-h100x8", "controller-and-status", "minimal"],
+)
+def test_lint_strict_passes(helm: Helm, sets: tuple[str, ...]) -> None:
+    """``helm lint --strict`` (warnings are errors) accepts the chart with these values."""
+    args = ["lint", "--strict", str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    out = helm.run(*args).stdout
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize(
+    ("bad", "mentions"),
+    [
+        ("gpus.fake.profile=foo", "profile"),
+        ("driverName=GPU_Driver", "driverName"),
+        ("kubeletPlugin.healthcheckPort=70000", "healthcheckPort"),
+        ("deviceClasses.shared.timeSlicingInterval=Forever", "timeSlicingInterval"),
+        ("kubeletPlugin.registrarDir=relative/dir", "registrarDir"),
+        ("kubeletPlugin.typo=1", "typo"),
+        ("controller.enabled=true", "nodeName"),
+    ],
+)
+def test_schema_rejects_bad_values(helm: Helm, bad: str, mentions: str) -> None:
+    """values.schema.json stops a bad value before anything renders; the error names the value."""
+    for command in (["lint", "--strict"], ["template", RELEASE]):
+        proc = helm.run(*command, str(CHART), "--set", bad, check=False)
+        assert proc.returncode != 0, f"helm {command[0]} accepted {bad}"
+        assert mentions in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_schema_profiles_are_the_codes_profiles() -> None:
+    """The schema's fake profiles are exactly the ones the daemons know (plus "" for NVML)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    enum = schema["properties"]["gpus"]["properties"]["fake"]["properties"]["profile"]["enum"]
+    assert sorted(enum) == sorted(["", *PROFILES])
+
+
+def test_values_default_driver_name_is_the_codes() -> None:
+    """The chart's default driverName is the daemons' default (dra_driver.core.driver)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["driverName"] == DEFAULT_DRIVER_NAME
+
+
+# -- What renders ------------------------------------------------------------------------------
+
+
+def test_daemonset_fake_mode(helm: Helm) -> None:
+    """Fake GPUs: the flags as env vars, per-pod sockets, surge update, gRPC liveness, no privilege."""
+    docs = helm.template("gpus.fake.profile=h100x8")
+    ds = by_kind(docs, "DaemonSet")[PLUGIN]
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == PLUGIN
+    assert pod["priorityClassName"] == "system-node-critical"
+    (c,) = pod["containers"]
+    assert c["command"] == ["dra-gpu-kubelet-plugin"]
+    assert env_of(c) == {
+        "NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+        "POD_UID": {"fieldRef": {"fieldPath": "metadata.uid"}},
+        "DRIVER_NAME": DEFAULT_DRIVER_NAME,
+        "LOG_LEVEL": "info",
+        "FAKE_GPUS": "h100x8",
+        "CDI_ROOT": "/var/run/cdi",
+        "REGISTRAR_DIR": "/var/lib/kubelet/plugins_registry",
+        "PLUGIN_DIR": f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}",
+        "HEALTHCHECK_PORT": "51515",
+        "PUBLISH_SLICES": "true",
+    }
+    assert c["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}
+    sc = c["securityContext"]
+    assert sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    # Host paths are mounted at the same paths inside; no driver root without NVML.
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    expected = {
+        "plugins-registry": "/var/lib/kubelet/plugins_registry",
+        "plugins": "/var/lib/kubelet/plugins",
+        "cdi": "/var/run/cdi",
+    }
+    assert mounts == expected
+    assert host == expected
+
+
+def test_daemonset_nvml_mode(helm: Helm) -> None:
+    """Real GPUs (the default): privileged, the driver root mounted read-only, no FAKE_GPUS."""
+    docs = helm.template("gpus.nvml.driverRoot=/run/nvidia/driver", "driverName=gpu.example.org")
+    pod = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["securityContext"] == {"privileged": True}
+    env = env_of(c)
+    assert "FAKE_GPUS" not in env
+    assert env["PLUGIN_DIR"] == "/var/lib/kubelet/plugins/gpu.example.org"
+    assert env["LD_LIBRARY_PATH"] == "/run/dra-gpu/nvml"
+    assert c["command"][:2] == ["/bin/sh", "-ec"]
+    assert c["command"][2].rstrip().endswith("exec dra-gpu-kubelet-plugin")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["driver-root"]["hostPath"]["path"] == "/run/nvidia/driver"
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "driver-root")
+    assert mount["readOnly"] is True
+    assert mount["mountPropagation"] == "HostToContainer"
+
+
+def test_rbac_least_privilege(helm: Helm) -> None:
+    """The plugin's ClusterRole grants exactly what it calls; claim status only when asked, for its driver only."""
+    rules = by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]
+    granted = {(g, r): sorted(rule["verbs"]) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted == {
+        ("resource.k8s.io", "resourceclaims"): ["get", "list", "watch"],
+        ("resource.k8s.io", "resourceslices"): ["create", "delete", "get", "list", "update", "watch"],
+        ("", "nodes"): ["get"],
+        ("", "events"): ["create", "patch"],
+    }
+    rules = by_kind(helm.template("deviceStatus.enabled=true"), "ClusterRole")[PLUGIN]["rules"]
+    (driver_rule,) = [r for r in rules if r["resources"] == ["resourceclaims/driver"]]
+    assert driver_rule["resourceNames"] == [DEFAULT_DRIVER_NAME]
+    assert sorted(driver_rule["verbs"]) == ["associated-node:patch", "associated-node:update"]
+
+
+def test_controller_renders_only_when_enabled(helm: Helm) -> None:
+    """The standalone controller is off by default; on, it gets its own account and node-pinned policy."""
+    assert "Deployment" not in {d["kind"] for d in helm.template()}
+    docs = helm.template("controller.enabled=true", "controller.nodeName=node-x", "gpus.fake.profile=a100x8")
+    (c,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    assert c["command"] == ["dra-gpu-controller"]
+    assert env_of(c)["NODE_NAME"] == "node-x"
+    policy = by_kind(docs, "ValidatingAdmissionPolicy")["dra-gpu-controller-resourceslices"]
+    assert {"name": "allowedNode", "expression": "'node-x'"} in policy["spec"]["variables"]
+
+
+# -- Installed into a real API server ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Response:
+    """An HTTP answer of the API server."""
+
+    status: int
+    body: dict[str, Any]
+
+    @property
+    def message(self) -> str:
+        """The Status message of an error answer."""
+        return str(self.body.get("message", ""))
+
+
+def call(cluster: LocalCluster, token: str, method: str, path: str, body: Mapping[str, Any] | None = None) -> Response:
+    """One REST call with ``token`` as the bearer (not the admin); HTTP errors are returned, not raised."""
+    req = urllib.request.Request(
+        cluster.server + path,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Accept": "application/json"},
+    )
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+            return Response(resp.status, json.loads(resp.read() or b"{}"))
+    except urllib.error.HTTPError as err:
+        return Response(err.code, json.loads(err.read() or b"{}"))
+
+
+def resource_slice(node: str, name: str | None = None) -> dict[str, Any]:
+    """A minimal one-GPU ResourceSlice of this driver for ``node``."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name or f"{node}-gpu"},
+        "spec": {
+            "driver": DEFAULT_DRIVER_NAME,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}],
+        },
+    }
+
+
+def plugin_token(cluster: LocalCluster, bound_pod: Mapping[str, Any] | None = None) -> str:
+    """A token of the plugin's ServiceAccount, bound to ``bound_pod`` when given (then it names the pod's node)."""
+    spec: dict[str, Any] = {"expirationSeconds": 600}
+    if bound_pod is not None:
+        meta = bound_pod["metadata"]
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    review = cluster.api(
+        "POST",
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{PLUGIN}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+    )
+    return str(review["status"]["token"])
+
+
+def wait_policy_enforced(cluster: LocalCluster, timeout_s: float = 30.0) -> float:
+    """Seconds until the API server enforces the freshly installed policy.
+
+    Admission loads policies and bindings from an informer, so for a moment after ``helm install``
+    (about half a second here) nothing is enforced yet. Probe with a dry-run create that the
+    policy must deny: the plugin's account with a token that names no node.
+    """
+    token = plugin_token(cluster)
+    start = time.monotonic()
+    while True:
+        probe = call(cluster, token, "POST", f"{SLICES}?dryRun=All", resource_slice("probe"))
+        if probe.status != 201:
+            assert POLICY in probe.message, probe.body
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            pytest.fail(f"{POLICY} not enforced {timeout_s:.0f}s after helm install")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def installed(helm: Helm, cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The chart installed (fake GPUs) as release dra-gpu in namespace dra-gpu, policy in force.
+
+    ``--wait=hookOnly`` is Helm 4's "do not wait for resources" (its default, spelled out): no pod
+    of the chart can ever become ready here.
+    """
+    helm.run(
+        "install", RELEASE, str(CHART), "--kubeconfig", str(cluster.kubeconfig), "--wait=hookOnly",
+        "--namespace", NAMESPACE, "--create-namespace", "--set", "gpus.fake.profile=h100x8",
+    )  # fmt: skip
+    wait_policy_enforced(cluster)
+    yield cluster
+    helm.run("uninstall", RELEASE, "--kubeconfig", str(cluster.kubeconfig), "--namespace", NAMESPACE, check=False)
+
+
+def pod_bound_token(cluster: LocalCluster, node: str) -> str:
+    """A token of the plugin's account bound to a (never running) pod on ``node``, as its pod would get."""
+    cluster.add_node(node)
+    pod = cluster.api(
+        "POST",
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"plugin-on-{node}"},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": PLUGIN,
+                "containers": [{"name": "plugin", "image": "dra-gpu:never-pulled"}],
+            },
+        },
+    )
+    return plugin_token(cluster, pod)
+
+
+def test_install_creates_the_cluster_objects(installed: LocalCluster) -> None:
+    """``helm install`` against the real API server: every object is accepted and stored."""
+    c = installed
+    classes = {d["metadata"]["name"]: d for d in c.api("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]}
+    assert {DEFAULT_DRIVER_NAME, f"mig.{DEFAULT_DRIVER_NAME}", f"shared.{DEFAULT_DRIVER_NAME}"} <= set(classes)
+    selector = classes[DEFAULT_DRIVER_NAME]["spec"]["selectors"][0]["cel"]["expression"]
+    assert selector == f"device.driver == '{DEFAULT_DRIVER_NAME}' && device.attributes['{DEFAULT_DRIVER_NAME}'].type == 'gpu'"
+    shared = classes[f"shared.{DEFAULT_DRIVER_NAME}"]["spec"]["config"][0]["opaque"]
+    assert shared["parameters"]["sharing"]["strategy"] == "TimeSlicing"
+
+    role = c.api("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{PLUGIN}")
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {"resourceclaims", "resourceslices", "nodes", "events"}
+    binding = c.api("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{PLUGIN}")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": PLUGIN, "namespace": NAMESPACE}]
+
+    policy = c.api("GET", f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{POLICY}")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    pb = c.api("GET", f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{POLICY}")
+    assert pb["spec"] == {"policyName": POLICY, "validationActions": ["Deny"]}
+
+    c.api("GET", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{PLUGIN}")
+    ds = c.api("GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/{PLUGIN}")
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"] == 1
+    # No kubelet, no container runtime: the DaemonSet exists but no pod of it will ever run here.
+
+
+def test_policy_pins_the_plugin_to_its_own_node(installed: LocalCluster) -> None:
+    """The API server enforces the VAP on the plugin's real, pod-bound token for node-a."""
+    c = installed
+    token = pod_bound_token(c, "node-a")
+
+    # The token really carries the node (ServiceAccountTokenPodNodeInfo) and is the plugin's account.
+    me = call(c, token, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", {"kind": "SelfSubjectReview"})
+    assert me.status == 201, me.body
+    user = me.body["status"]["userInfo"]
+    assert user["username"] == f"system:serviceaccount:{NAMESPACE}:{PLUGIN}"
+    assert user["extra"]["authentication.kubernetes.io/node-name"] == ["node-a"]
+
+    # Another node's slice: RBAC allows creating slices, the policy denies this one.
+    denied = call(c, token, "POST", SLICES, resource_slice("node-b"))
+    assert denied.status == 403, denied.body  # reason Forbidden
+    assert DENIED in denied.message, denied.message
+    assert f"ValidatingAdmissionPolicy '{POLICY}'" in denied.message
+    assert "(node-a); denied: CREATE of a ResourceSlice with spec.nodeName node-b" in denied.message
+
+    # Its own node's slice: created, updated and deleted.
+    created = call(c, token, "POST", SLICES, resource_slice("node-a"))
+    assert created.status == 201, created.body
+    obj = created.body
+    obj["spec"]["pool"]["generation"] = 2
+    updated = call(c, token, "PUT", f"{SLICES}/node-a-gpu", obj)
+    assert updated.status == 200, updated.body
+    # (Moving a slice to another node is not a case to test: spec.nodeName is immutable, so the
+    # API server's own validation rejects that update before admission runs.)
+
+    # Slices of another node that someone else (here the admin) published: no update, no delete
+    # (DELETE is judged by the stored object).
+    c.api("POST", SLICES, resource_slice("node-b", name="node-b-by-admin"))
+    other = c.api("GET", f"{SLICES}/node-b-by-admin")
+    other["spec"]["pool"]["generation"] = 2
+    for method, body in (("PUT", other), ("DELETE", None)):
+        resp = call(c, token, method, f"{SLICES}/node-b-by-admin", body)
+        assert resp.status == 403, (method, resp.body)
+        assert f"denied: {method.replace('PUT', 'UPDATE')} of a ResourceSlice with spec.nodeName node-b" in resp.message
+    assert c.api("GET", f"{SLICES}/node-b-by-admin")["spec"]["pool"]["generation"] == 1
+
+    deleted = call(c, token, "DELETE", f"{SLICES}/node-a-gpu")
+    assert deleted.status == 200, deleted.body
+    c.api("DELETE", f"{SLICES}/node-b-by-admin")
+
+
+def test_token_without_node_writes_no_slice(installed: LocalCluster) -> None:
+    """A token of the plugin's account that is not bound to a pod names no node: every slice write is denied."""
+    c = installed
+    resp = call(c, plugin_token(c), "POST", SLICES, resource_slice("node-c"))
+    assert resp.status == 403, resp.body
+    assert "its credentials name no node" in resp.message, resp.message
+
+
+def test_rbac_denies_what_the_plugin_does_not_need(installed: LocalCluster) -> None:
+    """RBAC (not the policy) stops the plugin's account outside its ClusterRole."""
+    c = installed
+    token = pod_bound_token(c, "node-d")
+    for method, path in (
+        ("DELETE", f"/apis/resource.k8s.io/v1/deviceclasses/{DEFAULT_DRIVER_NAME}"),
+        ("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets"),
+        ("PATCH", "/api/v1/nodes/node-d"),
+        ("DELETE", f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{POLICY}"),
+    ):
+        resp = call(c, token, method, path, {} if method == "PATCH" else None)
+        assert resp.status == 403, (method, path, resp.body)
+        assert f"system:serviceaccount:{NAMESPACE}:{PLUGIN}" in resp.message, resp.message
+        assert "cannot" in resp.message, resp.message
+    # What it does need is allowed: read claims and its node.
+    assert call(c, token, "GET", "/apis/resource.k8s.io/v1/resourceclaims").status == 200
+    assert call(c, token, "GET", "/api/v1/nodes/node-d").status == 200
+    # The admin is not matched by the policy: it may write any node's slices.
+    c.api("POST", SLICES, resource_slice("node-z"))
+    c.api("DELETE", f"{SLICES}/node-z-gpu")
+
+
+def test_second_release_with_everything_on_then_uninstall(helm: Helm, installed: LocalCluster) -> None:
+    """A second driver beside the first: controller and device status on, its policy enforced, uninstall removes it all."""
+    c, kubeconfig = installed, str(installed.kubeconfig)
+    release, namespace, driver = "other", "dra-gpu-other", "gpu.other.example"
+    helm.run(
+        "install", release, str(CHART), "--kubeconfig", kubeconfig, "--wait=hookOnly",
+        "--namespace", namespace, "--create-namespace",
+        "--set", f"driverName={driver}", "--set", "gpus.fake.profile=l4x4", "--set", "deviceStatus.enabled=true",
+        "--set", "controller.enabled=true", "--set", "controller.nodeName=node-ctl",
+    )  # fmt: skip
+    prefix = "other-dra-gpu"
+    c.api("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{prefix}-controller")
+    role = c.api("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{prefix}-kubelet-plugin")
+    (driver_rule,) = [r for r in role["rules"] if r["resources"] == ["resourceclaims/driver"]]
+    assert driver_rule["resourceNames"] == [driver]
+
+    # The controller's account may write only its configured node's slices, whatever its token.
+    review = c.api(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{prefix}-controller/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}},
+    )
+    token = str(review["status"]["token"])
+    deadline = time.monotonic() + 30
+    while (resp := call(c, token, "POST", f"{SLICES}?dryRun=All", resource_slice("elsewhere"))).status == 201:
+        assert time.monotonic() < deadline, "controller policy never enforced"
+        time.sleep(0.1)
+    assert resp.status == 403, resp.body
+    assert "the dra-gpu controller may only create" in resp.message, resp.message
+    assert call(c, token, "POST", f"{SLICES}?dryRun=All", resource_slice("node-ctl")).status == 201
+
+    helm.run("uninstall", release, "--kubeconfig", kubeconfig, "--namespace", namespace)
+    gone = [
+        f"/apis/resource.k8s.io/v1/deviceclasses/{driver}",
+        f"/apis/resource.k8s.io/v1/deviceclasses/shared.{driver}",
+        f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{prefix}-kubelet-plugin",
+        f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{prefix}-controller",
+        f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{prefix}-resourceslices",
+        f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{prefix}-controller-resourceslices",
+    ]
+    for path in gone:
+        with pytest.raises(ApiError) as err:
+            c.api("GET", path)
+        assert err.value.status == 404, path
+    # The first release is untouched.
+    c.api("GET", f"/apis/resource.k8s.io/v1/deviceclasses/{DEFAULT_DRIVER_NAME}")
+
+
+def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The env the chart sets is accepted by the daemons' own flag parsers and means what the values say."""
+    from controller.main import parse as parse_controller
+    from kubelet_plugin.settings import parse as parse_plugin
+
+    docs = helm.template(
+        "gpus.fake.profile=b200x8", "driverName=gpu.example.org", "logLevel=debug", "kubeletPlugin.healthcheckPort=6000",
+        "controller.enabled=true", "controller.nodeName=node-ctl",
+    )  # fmt: skip
+    (plugin,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    downward = {"NODE_NAME": "node-a", "POD_UID": "0f7c2d4e-1b2a-4c3d-9e8f-a1b2c3d4e5f6"}
+    for name, value in env_of(plugin).items():
+        monkeypatch.setenv(name, downward[name] if isinstance(value, dict) else value)
+    s = parse_plugin([])
+    assert (s.node_name, s.pod_uid, s.driver_name, s.fake_gpus) == ("node-a", downward["POD_UID"], "gpu.example.org", "b200x8")
+    assert (s.healthcheck_port, s.log_level, s.publish_slices) == (6000, "debug", True)
+    assert str(s.plugin_dir) == "/var/lib/kubelet/plugins/gpu.example.org"
+    assert (str(s.registrar_dir), str(s.cdi_root)) == ("/var/lib/kubelet/plugins_registry", "/var/run/cdi")
+
+    (ctl,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    for name in env_of(plugin):
+        monkeypatch.delenv(name)
+    for name, value in env_of(ctl).items():
+        monkeypatch.setenv(name, value)
+    cs = parse_controller([])
+    assert (cs.node_name, cs.driver_name, cs.fake_gpus, cs.log_level) == ("node-ctl", "gpu.example.org", "b200x8", "debug")
+
+
+def test_plugin_publishes_with_only_the_charts_permissions(helm: Helm, installed: LocalCluster, tmp_path: Path) -> None:
+    """The real plugin, run with the chart's env and its pod-bound token, publishes its node's slices.
+
+    Proves the ClusterRole is enough for what the plugin actually calls (list/watch with field
+    selectors, create, the Node lookup) and that the policy lets it through: nothing here runs as
+    admin. (Host paths are swapped for temp dirs; no kubelet calls it.)
+    """
+    c = installed
+    token = pod_bound_token(c, "node-p")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": c.server, "certificate-authority": str(c.ca_file)}}],
+                "users": [{"name": "plugin", "user": {"token": token}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "plugin"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    (container,) = by_kind(helm.template("gpus.fake.profile=l4x4"), "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    env = {k: v for k, v in env_of(container).items() if isinstance(v, str)}
+    # Short host dirs: a unix socket path must stay under 108 bytes, pytest's tmp_path is long.
+    host = Path(tempfile.mkdtemp(prefix="dra-helm-"))
+    for name, short in (("CDI_ROOT", "cdi"), ("REGISTRAR_DIR", "reg"), ("PLUGIN_DIR", "plug")):
+        env[name] = str(host / short)
+    env |= {
+        "NODE_NAME": "node-p",
+        "POD_UID": "5b0c1f1e-0000-4000-8000-000000000001",
+        "HEALTHCHECK_PORT": "-1",
+        "KUBECONFIG": str(kubeconfig),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "BOOT_ID_FILE": "/proc/sys/kernel/random/boot_id",
+    }
+    log = tmp_path / "plugin.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kubelet_plugin.main"], cwd=E2E_DIR.parent, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 30
+        selector = f"?fieldSelector=spec.nodeName=node-p,spec.driver={DEFAULT_DRIVER_NAME}"
+        while not (items := c.api("GET", SLICES + selector)["items"]):
+            assert proc.poll() is None, f"plugin exited {proc.returncode}:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"no slices after 30 s:\n{log.read_text()}"
+            time.sleep(0.2)
+        assert sum(len(s["spec"]["devices"]) for s in items) == 4  # l4x4
+        # Its watch (list + watch rights, the policy on re-create) notices a deleted slice and restores it.
+        (first,) = items
+        c.api("DELETE", f"{SLICES}/{first['metadata']['name']}")
+        while not (items := c.api("GET", SLICES + selector)["items"]) or items[0]["metadata"]["uid"] == first["metadata"]["uid"]:
+            assert proc.poll() is None, f"plugin exited {proc.returncode}:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"deleted slice not restored:\n{log.read_text()}"
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(host, ignore_errors=True)
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    assert "Forbidden" not in text, text
+    assert "slice_watch_failed" not in text, text

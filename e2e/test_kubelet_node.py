@@ -1,0 +1,230 @@
+"""The real kubelet drives our plugin: registration, scheduling, prepare, CDI ids to the runtime, unprepare.
+
+Control plane (etcd, apiserver, scheduler, controller-manager) and the kubelet are upstream
+v1.36 binaries built by e2e/build.sh; only the container runtime is fake (fakecri records
+what the kubelet asked it to create).  The plugin is our daemon, publishing 8 fake H100s.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from e2e.cluster import ApiError, LocalCluster
+from e2e.node import KubeletNode
+from tests.claimdata import DRIVER
+from tests.integration.plugin import PluginProcess
+
+T = TypeVar("T")
+RESOURCE = "/apis/resource.k8s.io/v1"
+PODS = "/api/v1/namespaces/default/pods"
+TIMEOUT = 60.0
+CDI_KIND = f"k8s.{DRIVER}/claim"
+
+
+def wait_until(what: str, probe: Callable[[], T | None], diagnostics: Callable[[], str], timeout: float = TIMEOUT) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{diagnostics()}")
+        time.sleep(0.25)
+
+
+def get_or_none(c: LocalCluster, path: str) -> dict[str, Any] | None:
+    try:
+        return c.api("GET", path)
+    except ApiError as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def events(plugin: PluginProcess, name: str) -> list[dict[str, Any]]:
+    return [e for e in plugin.logs() if e.get("event") == name]
+
+
+def resolve_cdi(cdi_root: Path, cdi_id: str) -> tuple[Path, dict[str, Any]]:
+    """The (spec file, device entry) a CDI-aware runtime would pick for ``vendor/class=name``."""
+    kind, _, name = cdi_id.partition("=")
+    hits = []
+    for path in sorted(cdi_root.glob("*.json")):
+        spec = json.loads(path.read_text())
+        hits += [(path, d) for d in spec.get("devices", []) if spec.get("kind") == kind and d.get("name") == name]
+    files = sorted(p.name for p in cdi_root.glob("*"))
+    assert len(hits) == 1, f"CDI id {cdi_id} resolves to {len(hits)} devices in {cdi_root} (files: {files})"
+    return hits[0]
+
+
+class Harness:
+    """A cluster, its kubelet nodes with one plugin each, and the diagnostics for failures."""
+
+    def __init__(self, c: LocalCluster, tmp: Path) -> None:
+        self.c = c
+        self.tmp = tmp
+        self.nodes: dict[str, KubeletNode] = {}
+        self.plugins: dict[str, PluginProcess] = {}
+
+    def diagnostics(self) -> str:
+        pods = self.c.api("GET", PODS)["items"]
+        out = [f"pods: {json.dumps({p['metadata']['name']: p.get('status') for p in pods})[:3000]}"]
+        for name, node in self.nodes.items():
+            plugin = self.plugins.get(name)
+            if plugin is not None and plugin.log.exists():
+                tail = "\n".join(plugin.log.read_text().splitlines()[-25:])
+                out.append(f"--- {name}: plugin log {plugin.log} (last 25 lines):\n{tail}")
+            out.append(f"--- {name}: runtime records: {json.dumps(node.cdi_records())[:2000]}\n{node.diagnostics()}")
+        out.append(f"(control-plane logs in {self.c.log_dir})")
+        return "\n".join(out)
+
+    def start_plugin(self, node: KubeletNode) -> PluginProcess:
+        """Our daemon on ``node``'s kubelet dirs, publishing 8 fake H100s; waits until the kubelet registered it."""
+        base = self.tmp / f"plugin-{node.name}"
+        base.mkdir()
+        plugin = PluginProcess(base, kubeconfig=self.c.kubeconfig, node=node.name, profile="h100x8", publish=True)
+        plugin.registrar = node.registrar_dir
+        plugin.plugin_dir = node.plugins_dir / DRIVER
+        plugin.cdi = base / "cdi"
+        self.plugins[node.name] = plugin
+        plugin.start()
+        wait_until(
+            f"the kubelet of {node.name} to register the plugin", lambda: events(plugin, "plugin_registered"), self.diagnostics
+        )
+        wait_until(
+            f"the kubelet of {node.name} to log the registration (v1.DRAPlugin)",
+            lambda: any(
+                "Registered DRA plugin" in line and f'driverName="{DRIVER}"' in line and 'chosenService="v1.DRAPlugin"' in line
+                for line in node.log_path.read_text().splitlines()
+            ),
+            self.diagnostics,
+        )
+        slices = f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node.name}"
+
+        def devices() -> int:
+            return sum(
+                len(s["spec"].get("devices", [])) for s in self.c.api("GET", slices)["items"] if s["spec"]["driver"] == DRIVER
+            )
+
+        wait_until(f"8 devices published for {node.name}", lambda: devices() == 8, self.diagnostics)
+        return plugin
+
+    def create_class_and_template(self) -> None:
+        selector = {"cel": {"expression": f'device.driver == "{DRIVER}"'}}
+        self.c.api("POST", f"{RESOURCE}/deviceclasses", {"metadata": {"name": DRIVER}, "spec": {"selectors": [selector]}})
+        one_gpu = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}
+        template = {"metadata": {"name": "one-gpu"}, "spec": {"spec": one_gpu}}
+        self.c.api("POST", f"{RESOURCE}/namespaces/default/resourceclaimtemplates", template)
+        wait_until(
+            "the default ServiceAccount",
+            lambda: get_or_none(self.c, "/api/v1/namespaces/default/serviceaccounts/default"),
+            self.diagnostics,
+        )
+
+    def create_gpu_pod(self, name: str, node: str | None = None) -> None:
+        container = {"name": "cuda", "image": "registry.example/cuda:12", "resources": {"claims": [{"name": "gpu"}]}}
+        spec: dict[str, Any] = {
+            "containers": [container],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+        }
+        if node is not None:
+            spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        self.c.api("POST", PODS, {"metadata": {"name": name}, "spec": spec})
+
+    def wait_running(self, name: str) -> dict[str, Any]:
+        def running() -> dict[str, Any] | None:
+            pod = self.c.api("GET", f"{PODS}/{name}")
+            return pod if pod.get("status", {}).get("phase") == "Running" else None
+
+        return wait_until(f"pod {name} to be Running", running, self.diagnostics)
+
+    def expected_cdi_id(self, pod: dict[str, Any]) -> tuple[str, str]:
+        """(claim UID, the CDI id the runtime must get) for the pod's single allocated GPU."""
+        (claim_status,) = pod["status"]["resourceClaimStatuses"]
+        claim = self.c.api("GET", f"{RESOURCE}/namespaces/default/resourceclaims/{claim_status['resourceClaimName']}")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == (DRIVER, pod["spec"]["nodeName"]), result
+        uid: str = claim["metadata"]["uid"]
+        return uid, f"{CDI_KIND}={uid}-{result['device']}"
+
+    def assert_runtime_got(self, node: KubeletNode, pod: str, cdi_id: str) -> None:
+        records = [r for r in node.cdi_records() if r["pod_name"] == pod]
+        assert records, f"the runtime of {node.name} saw no CreateContainer for pod {pod}\n{self.diagnostics()}"
+        assert all(r["cdi_devices"] == [cdi_id] for r in records), f"expected CDI ids [{cdi_id}]\n{self.diagnostics()}"
+
+
+@contextmanager
+def harness(tmp: Path, *names: str) -> Iterator[Harness]:
+    """Control plane with scheduler and controller-manager, one KubeletNode per name."""
+    with LocalCluster(with_scheduler=True, with_controller_manager=True, log_dir=tmp / "k8s-logs") as c:
+        h = Harness(c, tmp)
+        try:
+            for name in names:
+                h.nodes[name] = KubeletNode(c, name, tmp / name)
+                h.nodes[name].start()
+            yield h
+            for node in h.nodes.values():
+                node.check_alive()
+        finally:
+            for plugin in h.plugins.values():
+                plugin.stop()
+            for node in h.nodes.values():
+                node.stop()
+
+
+def test_kubelet_prepares_claim_via_plugin_and_runtime_gets_cdi_ids(tmp_path: Path) -> None:
+    with harness(tmp_path, "node-a") as h:
+        node = h.nodes["node-a"]
+        plugin = h.start_plugin(node)
+        h.create_class_and_template()
+        h.create_gpu_pod("cuda")
+
+        # The real scheduler allocates, the kubelet prepares through our plugin and runs the pod.
+        pod = h.wait_running("cuda")
+        assert pod["spec"]["nodeName"] == "node-a"
+        uid, expected = h.expected_cdi_id(pod)
+
+        # The runtime was told to inject exactly our CDI device, and the id resolves in our spec.
+        h.assert_runtime_got(node, "cuda", expected)
+        spec_file, device = resolve_cdi(plugin.cdi, expected)
+        assert spec_file.name == f"k8s.{DRIVER}-claim_{uid}.json"
+        assert device["containerEdits"], f"empty container edits for {expected}: {device}"
+        prepared = [e for e in events(plugin, "device_prepared") if expected in e.get("cdi_device_ids", [])]
+        assert prepared, f"plugin logged no device_prepared for {expected}\n{h.diagnostics()}"
+        assert "Calling NodePrepareResources rpc" in node.log_path.read_text()
+
+        # Deleting the pod makes the kubelet unprepare: the claim's CDI spec goes away.
+        h.c.api("DELETE", f"{PODS}/cuda")
+        wait_until(
+            "NodeUnprepareResources (claim_unprepared, CDI spec removed)",
+            lambda: not spec_file.exists() and any(e.get("claim_uid") == uid for e in events(plugin, "claim_unprepared")),
+            h.diagnostics,
+        )
+        wait_until("pod cuda to be gone", lambda: get_or_none(h.c, f"{PODS}/cuda") is None, h.diagnostics)
+        assert "Calling NodeUnprepareResource rpc" in node.log_path.read_text()
+        assert not list(plugin.cdi.glob(f"k8s.{DRIVER}-claim_*.json")), f"CDI specs left: {plugin.cdi_files()}"
+
+
+def test_two_kubelets_side_by_side(tmp_path: Path) -> None:
+    """node-a and node-b on one machine: own ports, sockets, plugins; each runtime sees only its pod."""
+    with harness(tmp_path, "node-a", "node-b") as h:
+        a, b = h.nodes["node-a"], h.nodes["node-b"]
+        assert len({a.port, a.healthz_port, b.port, b.healthz_port}) == 4
+        if a.namespaced and b.namespaced:  # the hard-coded device-plugin dir is per node
+            assert (a.workdir / "device-plugins" / "kubelet.sock").exists()
+            assert (b.workdir / "device-plugins" / "kubelet.sock").exists()
+        plugins = {n.name: h.start_plugin(n) for n in (a, b)}
+        h.create_class_and_template()
+        for n in (a, b):
+            h.create_gpu_pod(f"cuda-{n.name}", node=n.name)
+        for n in (a, b):
+            pod = h.wait_running(f"cuda-{n.name}")
+            _, expected = h.expected_cdi_id(pod)
+            h.assert_runtime_got(n, f"cuda-{n.name}", expected)
+            assert {r["pod_name"] for r in n.cdi_records()} == {f"cuda-{n.name}"}
+            resolve_cdi(plugins[n.name].cdi, expected)
