@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import ssl
 import subprocess
@@ -38,14 +37,10 @@ import yaml
 
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.sources.fake import PROFILES
-from e2e.cluster import ApiError, LocalCluster, cache_dir
+from e2e.cluster import ApiError, LocalCluster
+from e2e.helm_cli import CHART, NAMESPACE, RELEASE, Helm
 
 E2E_DIR = Path(__file__).resolve().parent
-CHART = E2E_DIR.parent / "deploy" / "helm" / "dra-gpu"
-HELM_BUILD = E2E_DIR / "helm" / "build.sh"
-
-RELEASE = "dra-gpu"
-NAMESPACE = "dra-gpu"
 # Object names for release "dra-gpu" of chart "dra-gpu" (the release name is the prefix).
 PLUGIN = "dra-gpu-kubelet-plugin"  # DaemonSet, ServiceAccount, ClusterRole(Binding)
 POLICY = "dra-gpu-resourceslices"  # ValidatingAdmissionPolicy and its binding
@@ -53,55 +48,10 @@ DENIED = "may only create, update and delete ResourceSlices of its own node"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
-def helm_version() -> str:
-    """The Helm release pinned in e2e/helm/go.mod (the one place it is written)."""
-    gomod = (E2E_DIR / "helm" / "go.mod").read_text()
-    found = re.search(r"^\s*helm\.sh/helm/v\d+ (v\S+)", gomod, re.MULTILINE)
-    assert found, "e2e/helm/go.mod requires no helm.sh/helm module"
-    return found.group(1)
-
-
-@dataclass(frozen=True)
-class Helm:
-    """The Helm CLI with a private config/cache/data home (nothing of the user's is read or written)."""
-
-    binary: Path
-    home: Path
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run ``helm args...``; with ``check``, fail the test with Helm's output on a non-zero exit."""
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(self.home),
-            "HELM_CACHE_HOME": str(self.home / "cache"),
-            "HELM_CONFIG_HOME": str(self.home / "config"),
-            "HELM_DATA_HOME": str(self.home / "data"),
-            "KUBECONFIG": str(self.home / "no-kubeconfig"),  # only an explicit --kubeconfig reaches a cluster
-        }
-        proc = subprocess.run([str(self.binary), *args], capture_output=True, text=True, env=env, timeout=180, check=False)
-        if check and proc.returncode != 0:
-            pytest.fail(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-        return proc
-
-    def template(self, *sets: str) -> list[dict[str, Any]]:
-        """Render the chart (release dra-gpu, namespace dra-gpu) with ``--set`` values; the manifests."""
-        args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
-        for s in sets:
-            args += ["--set", s]
-        return [d for d in yaml.safe_load_all(self.run(*args).stdout) if d]
-
-
 @pytest.fixture(scope="module")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     """The built Helm binary; fails (never skips) naming e2e/helm/build.sh when it is missing."""
-    version = helm_version()
-    binary = cache_dir() / f"helm-{version}" / "bin" / "helm"
-    if not os.access(binary, os.X_OK):
-        pytest.fail(f"Helm {version} is not built ({binary} missing). Build it with: {HELM_BUILD}")
-    h = Helm(binary, tmp_path_factory.mktemp("helm-home"))
-    out = h.run("version", "--template", "{{ .Version }}").stdout.strip()
-    assert out == version, f"{binary} reports version {out!r}, expected {version}"
-    return h
+    return Helm.built(tmp_path_factory.mktemp("helm-home"))
 
 
 def by_kind(docs: Sequence[Mapping[str, Any]], kind: str) -> dict[str, dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster import LocalCluster
+from e2e.helm_cli import Helm
 from e2e.manifests import apply_file
 from tests.integration.plugin import PluginProcess
 
@@ -34,7 +35,7 @@ def sched_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
             p.start()
             plugins.append(p)
         try:
-            install_device_class(c)
+            install_chart(c, tmp_path_factory.mktemp("helm-home"))
             wait_for(lambda: len(slices(c)) == 2, "both nodes' slices published")
             apply_file(c, DEMO / "namespace.yaml")
             yield c
@@ -43,17 +44,9 @@ def sched_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
                 p.stop()
 
 
-def install_device_class(c: LocalCluster) -> None:
-    c.api(
-        "POST",
-        "/apis/resource.k8s.io/v1/deviceclasses",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": DRIVER},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
-    )
+def install_chart(c: LocalCluster, home: Path) -> None:
+    """The chart's cluster objects (DeviceClasses, RBAC, policy); the plugins run as local processes."""
+    Helm.built(home).install(c, "kubeletPlugin.enabled=false")
 
 
 def slices(c: LocalCluster) -> list[dict[str, Any]]:
