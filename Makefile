@@ -51,9 +51,11 @@ e2e: venv k8s
 test: venv k8s lint
 	pytest -q
 
-demo: venv
-	@echo "== dra-gpu inventory --fake-gpus h100x8 --node-name node-a =="
-	@dra-gpu inventory --fake-gpus h100x8 --node-name node-a
+demo: venv k8s
+	@echo "== what a node with 8 fake H100s publishes: dra-gpu inventory --fake-gpus h100x8 --node-name node-a (first slice)"
+	@dra-gpu inventory --fake-gpus h100x8 --node-name node-a | sed -n '1,40p'
+	@echo "..."
+	$(VENV)/bin/python -m e2e.demo
 
 bench: venv k8s
 	$(VENV)/bin/python bench/prepare_latency.py

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from e2e.cluster import ApiError, LocalCluster
 from e2e.node import KubeletNode
+from e2e.plugin_process import PluginProcess
 from tests.claimdata import DRIVER
-from tests.integration.plugin import PluginProcess
 
 T = TypeVar("T")
 RESOURCE = "/apis/resource.k8s.io/v1"

@@ -17,7 +17,7 @@ import pytest
 from e2e.cluster import LocalCluster
 from e2e.helm_cli import Helm
 from e2e.manifests import apply_file
-from tests.integration.plugin import PluginProcess
+from e2e.plugin_process import PluginProcess
 
 DEMO = Path(__file__).resolve().parents[1] / "demo"
 DRIVER = "gpu.dra-gpu.dev"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from e2e.cluster import LocalCluster
-from tests.integration.plugin import PluginProcess
+from e2e.plugin_process import PluginProcess
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from e2e.cluster import LocalCluster
 from kubelet_plugin.faults import POINTS
 from tests.claimdata import DRIVER
 from tests.integration.claims import create_allocated_claim
-from tests.integration.plugin import PluginProcess
+from e2e.plugin_process import PluginProcess
 
 
 def name() -> str:

@@ -1,7 +1,7 @@
 """Runs the real ``dra-gpu-kubelet-plugin`` process and talks to it as the kubelet does.
 
-Used by the integration tests: the client is generated from ``proto/``, the sockets are the
-daemon's own, and claims live in the real API server.
+Used by the integration and e2e tests, the demo and the benchmark: the client is generated
+from ``proto/``, the sockets are the daemon's own, and claims live in the real API server.
 """
 
 from __future__ import annotations
@@ -25,19 +25,30 @@ from proto.pluginregistration import api_pb2 as reg
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 from tests.claimdata import DRIVER
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class PluginProcess:
     """One plugin daemon with its own registrar, plugin and CDI dirs under ``base``."""
 
     def __init__(
-        self, base: Path, *, kubeconfig: Path, node: str = "node-a", profile: str = "h100x8", publish: bool = False
+        self,
+        base: Path,
+        *,
+        kubeconfig: Path,
+        node: str = "node-a",
+        profile: str = "h100x8",
+        publish: bool = False,
+        registrar_dir: Path | None = None,
+        plugins_dir: Path | None = None,
+        cdi_root: Path | None = None,
     ) -> None:
+        """``registrar_dir``/``plugins_dir`` default to dirs under ``base``; a KubeletNode passes its own."""
         self.base = base
-        self.registrar = base / "plugins_registry"
-        self.plugin_dir = base / "plugins" / DRIVER
-        self.cdi = base / "cdi"
+        base.mkdir(parents=True, exist_ok=True)
+        self.registrar = registrar_dir or base / "plugins_registry"
+        self.plugin_dir = (plugins_dir or base / "plugins") / DRIVER
+        self.cdi = cdi_root or base / "cdi"
         self.boot_id = base / "boot_id"
         self.log = base / "plugin.log"
         self.kubeconfig = kubeconfig
