@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from e2e.cluster import LocalCluster  # noqa: E402
-from tests.integration.claims import create_allocated_claim  # noqa: E402
 from e2e.plugin_process import PluginProcess  # noqa: E402
+from tests.integration.claims import create_allocated_claim  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:

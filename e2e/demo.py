@@ -109,7 +109,7 @@ def run(workdir: Path) -> int:
             claim, devices = claim_of(c, p)
             status = p["status"].get("phase", "?")
             if status != "Running":
-                cond = next((x for x in p["status"].get("conditions", []) if x["type"] == "PodScheduled"), {})
+                cond: dict[str, Any] = next((x for x in p["status"].get("conditions", []) if x["type"] == "PodScheduled"), {})
                 why.append(f"{pname}: {cond.get('message', '')}")
             ok = ok and (pname in EXPECT_PENDING) != (p["status"].get("phase") == "Running")
             cdi = ", ".join(sorted(set(records.get(pname, [])))) or "-"
@@ -121,14 +121,14 @@ def run(workdir: Path) -> int:
         for line in why:
             say(f"  {line}")
         say("")
-        prepared = sum(len(p.cdi_files()) for p in plugins)
+        prepared = sum(len(pl.cdi_files()) for pl in plugins)
         say(f"== deleting the pods: the kubelet calls NodeUnprepareResources ({prepared} claim CDI specs on disk now)")
         for pname in names:
             c.api("DELETE", f"/api/v1/namespaces/{NS}/pods/{pname}?gracePeriodSeconds=0")
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and sum(len(p.cdi_files()) for p in plugins):
+        while time.monotonic() < deadline and sum(len(pl.cdi_files()) for pl in plugins):
             time.sleep(0.5)
-        left = sum(len(p.cdi_files()) for p in plugins)
+        left = sum(len(pl.cdi_files()) for pl in plugins)
         say(f"   claim CDI specs left after unprepare: {left}")
         ok = ok and left == 0
         say("== shutting down")

@@ -15,10 +15,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from e2e.cluster import LocalCluster
+from e2e.plugin_process import PluginProcess
 from kubelet_plugin.faults import POINTS
 from tests.claimdata import DRIVER
 from tests.integration.claims import create_allocated_claim
-from e2e.plugin_process import PluginProcess
 
 
 def name() -> str:
