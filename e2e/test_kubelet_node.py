@@ -136,12 +136,12 @@ class Harness:
             spec["nodeSelector"] = {"kubernetes.io/hostname": node}
         self.c.api("POST", PODS, {"metadata": {"name": name}, "spec": spec})
 
-    def wait_running(self, name: str) -> dict[str, Any]:
+    def wait_running(self, name: str, timeout: float = TIMEOUT) -> dict[str, Any]:
         def running() -> dict[str, Any] | None:
             pod = self.c.api("GET", f"{PODS}/{name}")
             return pod if pod.get("status", {}).get("phase") == "Running" else None
 
-        return wait_until(f"pod {name} to be Running", running, self.diagnostics)
+        return wait_until(f"pod {name} to be Running", running, self.diagnostics, timeout)
 
     def expected_cdi_id(self, pod: dict[str, Any]) -> tuple[str, str]:
         """(claim UID, the CDI id the runtime must get) for the pod's single allocated GPU."""
@@ -228,3 +228,58 @@ def test_two_kubelets_side_by_side(tmp_path: Path) -> None:
             h.assert_runtime_got(n, f"cuda-{n.name}", expected)
             assert {r["pod_name"] for r in n.cdi_records()} == {f"cuda-{n.name}"}
             resolve_cdi(plugins[n.name].cdi, expected)
+
+
+def claim_prepares(plugin: PluginProcess) -> dict[str, int]:
+    """How many times each claim was freshly prepared (not answered from the checkpoint), over all runs."""
+    counts: dict[str, int] = {}
+    for e in events(plugin, "device_prepared"):
+        counts[e["claim_uid"]] = counts.get(e["claim_uid"], 0) + 1
+    return counts
+
+
+def test_plugin_killed_mid_run_converges_without_double_prepare_or_leaks(tmp_path: Path) -> None:
+    """kill -9 the plugin with a pod running and again in the middle of a prepare; restart it each time.
+
+    The kubelet re-registers it, running pods keep their devices, new pods get other devices,
+    every claim is prepared exactly once, and after the pods are deleted nothing is left:
+    no CDI spec, no checkpoint entry.
+    """
+    with harness(tmp_path, "node-a") as h:
+        node = h.nodes["node-a"]
+        plugin = h.start_plugin(node)
+        h.create_class_and_template()
+        h.create_gpu_pod("first")
+        _, first_id = h.expected_cdi_id(h.wait_running("first"))
+
+        # 1. kill -9 while a pod runs, restart: the kubelet re-registers the new instance.
+        registered = len(events(plugin, "plugin_registered"))
+        plugin.kill9()
+        plugin.start()
+        wait_until("re-registration", lambda: len(events(plugin, "plugin_registered")) > registered, h.diagnostics)
+        h.create_gpu_pod("second")
+        _, second_id = h.expected_cdi_id(h.wait_running("second"))
+        assert first_id != second_id
+        resolve_cdi(plugin.cdi, first_id)  # the running pod's spec survived the kill
+
+        # 2. kill -9 in the middle of a prepare (CDI written, checkpoint not completed), restart.
+        plugin.stop()
+        registered = len(events(plugin, "plugin_registered"))
+        plugin.start(crash_at="after_cdi_written")
+        wait_until("re-registration", lambda: len(events(plugin, "plugin_registered")) > registered, h.diagnostics)
+        h.create_gpu_pod("third")
+        wait_until("the plugin to die in prepare", lambda: plugin.proc is not None and plugin.proc.poll() == -9, h.diagnostics)
+        plugin.start()
+        third_uid, third_id = h.expected_cdi_id(h.wait_running("third", timeout=180))
+        assert any(e.get("claim_uid") == third_uid for e in events(plugin, "partial_prepare_rolled_back"))
+        resolve_cdi(plugin.cdi, third_id)
+
+        counts = claim_prepares(plugin)
+        assert 3 == len(counts) and {1} == set(counts.values()), f"prepares per claim: {counts}"
+        assert 3 == len(plugin.cdi_files())
+
+        for pod in ("first", "second", "third"):
+            h.c.api("DELETE", f"{PODS}/{pod}")
+        wait_until("all claims unprepared", lambda: not plugin.cdi_files(), h.diagnostics)
+        checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
+        assert {} == checkpoint["data"]["claims"]
