@@ -29,6 +29,7 @@ from dra_driver.core.claims import ClaimError, parse_claim, validate_claim_uid
 from dra_driver.core.config import ConfigError
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.prepare import plan_claim
+from dra_driver.core.schema import gpu_device_name
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
 from dra_driver.files.lock import LockTimeout, file_lock
@@ -82,7 +83,7 @@ class DeviceState:
     ) -> None:
         self.driver = driver
         self.pool = node_name
-        self.gpus = {f"gpu-{g.minor}": g for g in gpus}
+        self.gpus = {gpu_device_name(g.minor): g for g in gpus}
         self._claims = claims
         self._cdi = cdi
         self._store = checkpoints
