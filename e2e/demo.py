@@ -57,6 +57,11 @@ def claim_of(c: LocalCluster, p: dict[str, Any]) -> tuple[str, list[str]]:
     return name, devices
 
 
+def specs_left(plugins: list[PluginProcess]) -> int:
+    """Claim CDI specs still on disk across the nodes' plugins."""
+    return sum(len(pl.cdi_files()) for pl in plugins)
+
+
 def table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)
@@ -121,14 +126,15 @@ def run(workdir: Path) -> int:
         for line in why:
             say(f"  {line}")
         say("")
-        prepared = sum(len(pl.cdi_files()) for pl in plugins)
+        prepared = specs_left(plugins)
         say(f"== deleting the pods: the kubelet calls NodeUnprepareResources ({prepared} claim CDI specs on disk now)")
         for pname in names:
             c.api("DELETE", f"/api/v1/namespaces/{NS}/pods/{pname}?gracePeriodSeconds=0")
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and sum(len(pl.cdi_files()) for pl in plugins):
+        left = specs_left(plugins)
+        while time.monotonic() < deadline and left > 0:
             time.sleep(0.5)
-        left = sum(len(pl.cdi_files()) for pl in plugins)
+            left = specs_left(plugins)
         say(f"   claim CDI specs left after unprepare: {left}")
         ok = ok and left == 0
         say("== shutting down")
