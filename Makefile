@@ -58,7 +58,7 @@ demo: venv k8s
 	$(VENV)/bin/python -m e2e.demo
 
 bench: venv k8s
-	$(VENV)/bin/python bench/prepare_latency.py
+	$(VENV)/bin/python -m bench.prepare_latency
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

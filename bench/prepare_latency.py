@@ -3,24 +3,21 @@
 Starts etcd + kube-apiserver (built from source) and the plugin daemon with fake H100s, creates
 allocated claims in the API server, then times each prepare and unprepare call the way the
 kubelet makes them (one claim per call). Prints p50/p90/p99 and the daemon's peak RSS.
-Not a test: it asserts nothing about speed. Run with ``make bench``.
+Not a test: it asserts nothing about speed. Run with ``make bench``
+(``python -m bench.prepare_latency`` from the repository root).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from e2e.cluster import LocalCluster  # noqa: E402
-from e2e.plugin_process import PluginProcess  # noqa: E402
-from tests.integration.claims import create_allocated_claim  # noqa: E402
+from e2e.cluster import LocalCluster
+from e2e.plugin_process import PluginProcess
+from tests.integration.claims import create_allocated_claim
 
 
 def pct(values: list[float], p: float) -> float:

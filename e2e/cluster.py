@@ -140,7 +140,19 @@ def _die_with_parent() -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def terminate(popen: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    """SIGTERM a process, SIGKILL it after ``timeout`` s; no-op when absent or already gone."""
+    if popen is not None and popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+
+
+def tail_log(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a component log, for error messages."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -221,14 +233,7 @@ class LocalCluster:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop components newest first (SIGTERM, SIGKILL after ``timeout`` s); remove temp dir."""
         while self._procs:
-            popen = self._procs.pop().popen
-            if popen.poll() is None:
-                popen.terminate()
-                try:
-                    popen.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    popen.kill()
-                    popen.wait()
+            terminate(self._procs.pop().popen, timeout)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     @property
@@ -240,7 +245,7 @@ class LocalCluster:
         """ClusterError with the log tail if any component has exited."""
         for proc in self._procs:
             if proc.popen.poll() is not None:
-                raise ClusterError(f"{proc.name} exited with {proc.popen.returncode}; log {proc.log}:\n{_tail(proc.log)}")
+                raise ClusterError(f"{proc.name} exited with {proc.popen.returncode}; log {proc.log}:\n{tail_log(proc.log)}")
 
     # -- API helpers --------------------------------------------------------
 
@@ -340,7 +345,7 @@ class LocalCluster:
                 last = str(err)
             time.sleep(0.2)
         raise ClusterError(
-            f"{proc.name} not healthy at {url} after {self.ready_timeout:.0f}s ({last}); log {proc.log}:\n{_tail(proc.log)}"
+            f"{proc.name} not healthy at {url} after {self.ready_timeout:.0f}s ({last}); log {proc.log}:\n{tail_log(proc.log)}"
         )
 
     def _start_etcd(self) -> None:

@@ -51,7 +51,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from e2e.cluster import ApiError, ClusterError, LocalCluster, find_binaries, free_port, known_gates
+from e2e.cluster import ApiError, ClusterError, LocalCluster, find_binaries, free_port, known_gates, tail_log, terminate
 
 BINARIES = ("kubelet", "fakecri")
 # Paths the kubelet uses whatever its flags say; bind-mounted per node in its namespace.
@@ -60,24 +60,6 @@ HARDCODED_DIRS = {"device-plugins": Path("/var/lib/kubelet/device-plugins"), "co
 STARTUP_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 # Kubelet logs of interest at --v=2: plugin (de)registration and every DRA gRPC call.
 DEFAULT_VMODULE = "dra_plugin=4,dra_plugin_manager=3"
-
-
-def _terminate(popen: subprocess.Popen[bytes] | None, timeout: float) -> None:
-    """SIGTERM, then SIGKILL after ``timeout`` s."""
-    if popen is not None and popen.poll() is None:
-        popen.terminate()
-        try:
-            popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait()
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 @functools.cache
@@ -170,7 +152,7 @@ class KubeletNode:
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the kubelet, then fakecri (SIGKILL after ``timeout`` s); keep ``workdir``."""
         for popen in (self._kubelet, self._fakecri):
-            _terminate(popen, timeout)
+            terminate(popen, timeout)
         self._kubelet = self._fakecri = None
         if not self.namespaced:
             self._clean_host()
@@ -190,7 +172,7 @@ class KubeletNode:
     def restart_kubelet(self, timeout: float = 20.0) -> None:
         """Stop the kubelet (SIGTERM) and start it again with the same root dir, ports and
         runtime, as after a kubelet upgrade; return once it has posted Ready again."""
-        _terminate(self._kubelet, timeout)
+        terminate(self._kubelet, timeout)
         if not self.namespaced:
             self._clean_host()
         try:
@@ -209,7 +191,7 @@ class KubeletNode:
         """ClusterError with the log tail if the kubelet or fakecri has exited."""
         for what, popen, log in (("kubelet", self._kubelet, self.log_path), ("fakecri", self._fakecri, self.fakecri_log_path)):
             if popen is not None and popen.poll() is not None:
-                raise ClusterError(f"{what} of node {self.name} exited with {popen.returncode}; log {log}:\n{_tail(log, 40)}")
+                raise ClusterError(f"{what} of node {self.name} exited with {popen.returncode}; log {log}:\n{tail_log(log, 40)}")
 
     # -- observations ------------------------------------------------------
 
@@ -232,8 +214,8 @@ class KubeletNode:
                 continue
         return out
 
-    def log_tail(self, lines: int = 60) -> str:
-        return _tail(self.log_path, lines)
+    def logtail_log(self, lines: int = 60) -> str:
+        return tail_log(self.log_path, lines)
 
     def node(self) -> dict[str, Any]:
         """The Node object as the API server has it."""
@@ -242,8 +224,8 @@ class KubeletNode:
     def diagnostics(self, lines: int = 40) -> str:
         """Kubelet and fakecri log tails, for failure messages."""
         return (
-            f"--- kubelet log {self.log_path} (last {lines} lines):\n{self.log_tail(lines)}\n"
-            f"--- fakecri log {self.fakecri_log_path}:\n{_tail(self.fakecri_log_path, 10)}"
+            f"--- kubelet log {self.log_path} (last {lines} lines):\n{self.logtail_log(lines)}\n"
+            f"--- fakecri log {self.fakecri_log_path}:\n{tail_log(self.fakecri_log_path, 10)}"
         )
 
     # -- internals -----------------------------------------------------------
@@ -291,7 +273,7 @@ class KubeletNode:
         while not self.cri_socket.exists():
             self.check_alive()
             if time.monotonic() > deadline:
-                raise ClusterError(f"fakecri did not listen on {self.cri_socket}:\n{_tail(self.fakecri_log_path, 20)}")
+                raise ClusterError(f"fakecri did not listen on {self.cri_socket}:\n{tail_log(self.fakecri_log_path, 20)}")
             time.sleep(0.05)
 
     def _start_kubelet(self) -> None:

@@ -6,8 +6,9 @@ import os
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
+from dra_driver.kube.client import load_api_client
 from e2e.cluster import K8S_VERSION, ApiError, LocalCluster
 
 DRIVER = "gpu.dra-gpu.example.org"
@@ -37,8 +38,8 @@ def gpu_slice(node: str, device: str, **device_fields: Any) -> dict[str, Any]:
 
 def test_version_and_kubeconfig(cluster: LocalCluster) -> None:
     assert cluster.api("GET", "/version")["gitVersion"] == K8S_VERSION
-    # The kubeconfig works with the official client, CA verification included.
-    api = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))  # type: ignore[no-untyped-call]
+    # The kubeconfig works with the driver's own client loader, CA verification included.
+    api = client.CoreV1Api(load_api_client(str(cluster.kubeconfig)))
     namespace = api.read_namespace("default")
     assert namespace.metadata is not None
     assert namespace.metadata.name == "default"

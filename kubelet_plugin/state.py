@@ -99,6 +99,7 @@ class DeviceState:
     def startup(self) -> None:
         """Load the checkpoint once at start: recover, apply a reboot, remove orphaned CDI files."""
         self._cdi.ensure_root()
+        self._store.ensure_dir()
         with self._locked():
             result = self._store.load()
             for n in result.notices:

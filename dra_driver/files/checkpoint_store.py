@@ -72,10 +72,13 @@ class CheckpointStore:
         except CheckpointError as err:
             return None, str(err)
 
-    def load(self) -> LoadResult:
-        """Read the newest good generation; never raises for corruption, never loses it silently."""
+    def ensure_dir(self) -> None:
+        """Create the directory (owner-only) and drop temp files a killed writer left; once, at start."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         remove_stale_temps(self.dir)
+
+    def load(self) -> LoadResult:
+        """Read the newest good generation; never raises for corruption, never loses it silently."""
         notices: list[Notice] = []
         cp, err = self._try(self.path)
         if err is not None:

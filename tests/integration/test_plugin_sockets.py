@@ -9,6 +9,7 @@ import json
 import stat
 import time
 import uuid
+from typing import Any
 
 import grpc
 import pytest
@@ -17,6 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from e2e.cluster import LocalCluster
 from e2e.plugin_process import PluginProcess
 from kubelet_plugin.faults import POINTS
+from proto.dra.v1 import api_pb2 as v1
+from proto.dra.v1beta1 import api_pb2 as v1beta1
 from tests.claimdata import DRIVER
 from tests.integration.claims import create_allocated_claim
 
@@ -25,8 +28,10 @@ def name() -> str:
     return f"c-{uuid.uuid4().hex[:8]}"
 
 
-def answer(resp: object, uid: str) -> tuple[str, list[tuple[list[str], str, str, list[str]]]]:
-    c = resp.claims[uid]  # type: ignore[attr-defined]
+def answer(
+    resp: v1.NodePrepareResourcesResponse | v1beta1.NodePrepareResourcesResponse, uid: str
+) -> tuple[str, list[tuple[list[str], str, str, list[str]]]]:
+    c = resp.claims[uid]
     return c.error, [(list(d.request_names), d.pool_name, d.device_name, list(d.cdi_device_ids)) for d in c.devices]
 
 
@@ -183,8 +188,6 @@ def test_health_probe_exercises_the_sockets(plugin: PluginProcess) -> None:
 
 def test_methods_answer_at_the_upstream_paths(plugin: PluginProcess, apiserver: LocalCluster) -> None:
     """The kubelet dials fixed method paths; call them by name, not through our generated stubs."""
-    from proto.dra.v1 import api_pb2 as v1
-    from proto.dra.v1beta1 import api_pb2 as v1beta1
     from proto.pluginregistration import api_pb2 as reg
 
     ref = create_allocated_claim(apiserver, name=name())
@@ -216,13 +219,13 @@ def test_plugin_publishes_its_nodes_slices(tmp_path_factory: pytest.TempPathFact
     p.start()
     try:
         deadline = time.monotonic() + 20
-        items: list[dict[str, object]] = []
+        items: list[dict[str, Any]] = []
         while time.monotonic() < deadline and not items:
             items = apiserver.api("GET", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=node-pub")["items"]
             time.sleep(0.2)
         assert 1 == len(items)
         spec = items[0]["spec"]
-        assert ["gpu-0", "gpu-1", "gpu-2", "gpu-3"] == [d["name"] for d in spec["devices"]]  # type: ignore[index]
-        assert {"name": "node-pub", "generation": 1, "resourceSliceCount": 1} == spec["pool"]  # type: ignore[index]
+        assert ["gpu-0", "gpu-1", "gpu-2", "gpu-3"] == [d["name"] for d in spec["devices"]]
+        assert {"name": "node-pub", "generation": 1, "resourceSliceCount": 1} == spec["pool"]
     finally:
         assert 0 == p.stop()

@@ -1,0 +1,1 @@
+"""Benchmarks that print figures (run by ``make bench``); never timed tests."""
