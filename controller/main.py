@@ -1,7 +1,7 @@
 """Entry point of ``dra-gpu-controller``: publishes one node's ResourceSlices, standalone.
 
 Useful without a kubelet plugin (demos, control-plane-only tests, fake GPUs): discovers the
-node's GPUs (``make_source``), maps them with ``node_devices`` and runs the
+node's GPUs (``make_source``), maps them with the publication rules (``--mig`` included) and runs the
 ``SlicePublisher`` until SIGTERM or SIGINT, then exits 0. Each flag defaults to an env var.
 """
 
@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 
 from dra_driver.appkit.flags import add_common_flags, check_common_flags
+from dra_driver.appkit.inventory import node_publication
 from dra_driver.appkit.signals import stop_on_signals
-from dra_driver.core.schema import node_devices
+from dra_driver.core.mig import MigStrategy
 from dra_driver.obs.logs import configure_logging
-from dra_driver.sources.select import make_source
+from dra_driver.sources.select import make_mig_backend, make_source
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +33,8 @@ class ControllerSettings:
     fake_gpus: str | None
     kubeconfig: str | None
     log_level: str
+    mig: MigStrategy = MigStrategy.NONE
+    fake_gpu_state_dir: Path | None = None
 
 
 def parse(argv: list[str] | None = None) -> ControllerSettings:
@@ -45,6 +49,8 @@ def parse(argv: list[str] | None = None) -> ControllerSettings:
         fake_gpus=a.fake_gpus or None,
         kubeconfig=a.kubeconfig or None,
         log_level=a.log_level,
+        mig=MigStrategy(a.mig),
+        fake_gpu_state_dir=Path(a.fake_gpu_state_dir) if a.fake_gpu_state_dir else None,
     )
 
 
@@ -57,11 +63,14 @@ def run(settings: ControllerSettings, stop: threading.Event) -> int:
 
     source = make_source(fake_gpus=settings.fake_gpus, node_name=settings.node_name)
     gpus = source.gpus()
-    devices = node_devices(gpus)
     log.info("gpus_found", source=source.describe(), count=len(gpus))
+    backend = None
+    if settings.mig is not MigStrategy.NONE:
+        backend = make_mig_backend(fake=settings.fake_gpus is not None, gpus=gpus, state_dir=settings.fake_gpu_state_dir)
+    publication = node_publication(gpus, settings.mig, backend)
 
     publisher = SlicePublisher(KubeSliceApi(load_api_client(settings.kubeconfig)), settings.driver_name, settings.node_name)
-    publisher.set_devices(devices)
+    publisher.set_devices(list(publication.devices), list(publication.counter_sets))
     publisher.run(stop)
     return 0
 

@@ -18,14 +18,17 @@ import grpc
 import structlog
 from grpc_health.v1 import health_pb2_grpc
 
+from dra_driver.appkit.inventory import node_publication
 from dra_driver.appkit.signals import stop_on_signals
 from dra_driver.core.gpu import GpuInfo
-from dra_driver.core.schema import node_devices
+from dra_driver.core.mig import MigBackend, MigStrategy
+from dra_driver.core.mig_publish import Publication
 from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice, read_boot_id
 from dra_driver.obs.logs import configure_logging
-from dra_driver.sources.select import make_source
+from dra_driver.sources.select import make_mig_backend, make_source
 from kubelet_plugin.health import SocketHealthServicer
+from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.servicer import add_dra_services
 from kubelet_plugin.settings import Settings, parse
@@ -49,7 +52,9 @@ class _Servers:
     health: grpc.Server | None
 
 
-def _build_state(settings: Settings, gpus: list[GpuInfo], api_client: Any) -> DeviceState:
+def _build_state(
+    settings: Settings, gpus: list[GpuInfo], publication: Publication, backend: MigBackend | None, api_client: Any
+) -> DeviceState:
     from dra_driver.kube.claims_api import KubeClaimApi
 
     claims = KubeClaimApi(api_client)
@@ -64,7 +69,8 @@ def _build_state(settings: Settings, gpus: list[GpuInfo], api_client: Any) -> De
     return DeviceState(
         driver=settings.driver_name,
         node_name=settings.node_name,
-        gpus=gpus,
+        publication=publication,
+        mig=MigOps(backend, gpus) if backend is not None else None,
         claims=claims,
         cdi=CdiStore(settings.cdi_root, settings.driver_name),
         checkpoints=CheckpointStore(settings.plugin_dir, read_boot_id(settings.boot_id_file)),
@@ -119,6 +125,15 @@ def _shutdown(servers: _Servers, publisher_thread: threading.Thread | None) -> N
         publisher_thread.join(timeout=5.0)
 
 
+def _gc_loop(state: DeviceState, interval_s: float, stop: threading.Event) -> None:
+    """Every ``interval_s``: unprepare claims whose ResourceClaim is gone. Never raises."""
+    while not stop.wait(interval_s):
+        try:
+            state.collect_garbage()
+        except Exception:
+            log.exception("gc_failed")
+
+
 def run(settings: Settings, stop: threading.Event) -> int:
     """Run the plugin until ``stop`` is set; return the exit code."""
     structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
@@ -129,9 +144,32 @@ def run(settings: Settings, stop: threading.Event) -> int:
     from dra_driver.kube.client import load_api_client
 
     api_client = load_api_client(settings.kubeconfig)
-    state = _build_state(settings, gpus, api_client)
+    backend: MigBackend | None = None
+    if settings.mig is not MigStrategy.NONE:
+        backend = make_mig_backend(
+            fake=settings.fake_gpus is not None,
+            gpus=gpus,
+            state_dir=settings.fake_gpu_state_dir,
+            latency=settings.fake_mig_latency,
+            boot_id=read_boot_id(settings.boot_id_file),
+        )
+    # The startup sweep may destroy leftover instances, so publish what is left after it.
+    state = _build_state(settings, gpus, node_publication(gpus, settings.mig, backend), backend, api_client)
     state.startup()
+    publication = node_publication(gpus, settings.mig, backend)
+    for note in publication.notes:
+        log.warning("publication_note", note=note)
+    log.info(
+        "devices_published",
+        mig=settings.mig.value,
+        devices=len(publication.devices),
+        counter_sets=len(publication.counter_sets),
+    )
     servers = _start_servers(settings, state)
+    gc_thread: threading.Thread | None = None
+    if settings.gc_interval_s > 0:
+        gc_thread = threading.Thread(target=_gc_loop, args=(state, settings.gc_interval_s, stop), name="claim-gc", daemon=True)
+        gc_thread.start()
 
     publisher_thread: threading.Thread | None = None
     if settings.publish_slices:
@@ -139,7 +177,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         from dra_driver.kube.slices_api import KubeSliceApi
 
         publisher = SlicePublisher(KubeSliceApi(api_client), settings.driver_name, settings.node_name)
-        publisher.set_devices(node_devices(gpus))
+        publisher.set_devices(list(publication.devices), list(publication.counter_sets))
         publisher_thread = threading.Thread(target=publisher.run, args=(stop,), name="slice-publisher", daemon=True)
         publisher_thread.start()
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver.appkit.flags import add_common_flags, check_common_flags, env
+from dra_driver.core.mig import MigStrategy
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,10 @@ class Settings:
     publish_slices: bool
     log_level: str
     boot_id_file: Path
+    mig: MigStrategy = MigStrategy.NONE
+    fake_gpu_state_dir: Path | None = None
+    fake_mig_latency: str = "realistic"
+    gc_interval_s: float = 600.0
 
 
 def parse(argv: list[str] | None = None) -> Settings:
@@ -72,8 +77,17 @@ def parse(argv: list[str] | None = None) -> Settings:
         default=env("BOOT_ID_FILE", "/proc/sys/kernel/random/boot_id"),
         help="where the node boot id is read [BOOT_ID_FILE]",
     )
+    p.add_argument(
+        "--gc-interval",
+        type=float,
+        default=float(env("GC_INTERVAL", "600") or 600),
+        help="seconds between passes that unprepare claims whose ResourceClaim is gone, 0 = off [GC_INTERVAL]",
+    )
     a = p.parse_args(argv)
     driver = check_common_flags(p, a)
+    if a.gc_interval < 0:
+        p.error(f"--gc-interval: {a.gc_interval} is negative")
+    plugin_dir = Path(a.plugin_dir or f"/var/lib/kubelet/plugins/{driver}").absolute()
     if a.pod_uid is not None and not all(c.isalnum() or c == "-" for c in a.pod_uid):
         p.error(f"--pod-uid: {a.pod_uid!r} is not a UID")
     return Settings(
@@ -81,7 +95,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         driver_name=driver,
         fake_gpus=a.fake_gpus or None,
         registrar_dir=Path(a.registrar_dir).absolute(),
-        plugin_dir=Path(a.plugin_dir or f"/var/lib/kubelet/plugins/{driver}").absolute(),
+        plugin_dir=plugin_dir,
         cdi_root=Path(a.cdi_root).absolute(),
         kubeconfig=a.kubeconfig or None,
         pod_uid=a.pod_uid or None,
@@ -90,4 +104,8 @@ def parse(argv: list[str] | None = None) -> Settings:
         publish_slices=a.publish_slices == "true",
         log_level=a.log_level,
         boot_id_file=Path(a.boot_id_file),
+        mig=MigStrategy(a.mig),
+        fake_gpu_state_dir=Path(a.fake_gpu_state_dir).absolute() if a.fake_gpu_state_dir else plugin_dir / "fake-gpus",
+        fake_mig_latency=a.fake_mig_latency,
+        gc_interval_s=a.gc_interval,
     )

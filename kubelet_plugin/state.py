@@ -6,12 +6,20 @@ string and changes nothing; a good one is answered. Deciding is pure
 (``dra_driver.core.prepare.plan_claim``); this module does only the side effects, in an
 order that survives a kill -9 at any point:
 
-1. ``PrepareStarted`` is checkpointed before any file is written;
-2. the CDI spec is written atomically;
-3. ``PrepareCompleted`` with the answer is checkpointed.
+1. ``PrepareStarted`` is checkpointed, with the MIG instances it is about to carve, before
+   any side effect;
+2. dynamic MIG: MIG mode on if needed, the GPU instance at exactly the allocated placement,
+   its full-size compute instance (``kubelet_plugin.mig_ops``);
+3. the CDI spec is written atomically;
+4. ``PrepareCompleted`` with the answer (and the carved instances' ids) is checkpointed.
 
-A repeat for a completed claim returns the stored answer and re-creates a missing CDI file;
-a repeat for a started claim rolls the partial work back and prepares afresh.
+A repeat for a completed claim returns the stored answer and re-creates a missing CDI file
+(and, should its MIG instance have vanished, carves it again); a repeat for a started claim
+rolls the partial work back — whatever of its intended instances exists is destroyed — and
+prepares afresh. Unprepare destroys compute then GPU instance, turns MIG mode off when the
+GPU holds nothing and allows it, removes the CDI file, then forgets the claim. At start-up
+(dynamic MIG) every instance not owned by a completed claim is destroyed; a periodic pass
+(``collect_garbage``) unprepares claims whose ResourceClaim is gone.
 """
 
 from __future__ import annotations
@@ -24,22 +32,28 @@ from typing import Any, Protocol
 
 import structlog
 
-from dra_driver.core.checkpoint import Checkpoint, ClaimEntry, ClaimState, PreparedDevice
-from dra_driver.core.claims import ClaimError, parse_claim, validate_claim_uid
+from dra_driver.core.checkpoint import Checkpoint, ClaimEntry, ClaimState, MigRecord, PreparedDevice
+from dra_driver.core.claims import ClaimAllocation, ClaimError, parse_claim, validate_claim_uid
 from dra_driver.core.config import ConfigError
 from dra_driver.core.gpu import GpuInfo
-from dra_driver.core.prepare import plan_claim
-from dra_driver.core.schema import gpu_device_name
+from dra_driver.core.mig import MigError, MigStrategy
+from dra_driver.core.mig_publish import DeviceTarget, Publication, full_gpu_states, publish_node
+from dra_driver.core.prepare import ResolvedDevice, plan_claim
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
 from dra_driver.files.lock import LockTimeout, file_lock
 from kubelet_plugin.faults import crash_point
+from kubelet_plugin.mig_ops import MigOps
 
 log = structlog.get_logger(__name__)
 
 
 class ClaimReader(Protocol):
-    """Reads a ResourceClaim as API JSON; raises an exception whose text explains a failure."""
+    """Reads a ResourceClaim as API JSON; raises an exception whose text explains a failure.
+
+    When the claim does not exist, the exception has a true ``not_found`` attribute (the
+    garbage collection pass relies on it to tell "gone" from "could not ask").
+    """
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """The claim object."""
@@ -71,7 +85,9 @@ class DeviceState:
         *,
         driver: str,
         node_name: str,
-        gpus: list[GpuInfo],
+        gpus: list[GpuInfo] | None = None,
+        publication: Publication | None = None,
+        mig: MigOps | None = None,
         claims: ClaimReader,
         cdi: CdiStore,
         checkpoints: CheckpointStore,
@@ -83,7 +99,11 @@ class DeviceState:
     ) -> None:
         self.driver = driver
         self.pool = node_name
-        self.gpus = {gpu_device_name(g.minor): g for g in gpus}
+        if publication is None:
+            publication = publish_node(full_gpu_states(gpus or []), MigStrategy.NONE)
+        self.targets: Mapping[str, DeviceTarget] = publication.targets
+        self._mig = mig
+        self._gone: set[str] = set()  # claims found gone by the previous garbage collection pass
         self._claims = claims
         self._cdi = cdi
         self._store = checkpoints
@@ -114,6 +134,15 @@ class DeviceState:
                 log.info("cdi_orphan_removed", claim_uid=uid)
             if result.notices or result.dropped_claims:
                 self._store.save(cp)
+            if self._mig is not None and any(t.dynamic for t in self.targets.values()):
+                owned: dict[str, set[int]] = {}
+                for entry in cp.claims.values():
+                    if entry.state is ClaimState.PREPARE_COMPLETED:
+                        for rec in entry.mig_records():
+                            if rec.gi_id is not None:
+                                owned.setdefault(rec.parent_uuid, set()).add(rec.gi_id)
+                for inst in self._mig.sweep(owned):
+                    log.warning("mig_leftover_destroyed", gpu=inst.parent_uuid, gi_id=inst.gi_id, profile=inst.profile_name)
 
     def _tell(self, notice: Notice) -> None:
         (log.error if notice.warning else log.info)("checkpoint_notice", reason=notice.reason, detail=notice.message)
@@ -165,48 +194,126 @@ class DeviceState:
         bound = log.bind(claim_uid=ref.uid, namespace=ref.namespace, claim=ref.name)
         entry = cp.claims.get(ref.uid)
         if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
-            if entry.cdi_spec is not None and self._cdi.read(ref.uid) != entry.cdi_spec:
-                self._cdi.write(ref.uid, dict(entry.cdi_spec))
-                bound.info("cdi_spec_recreated")
-            bound.info("claim_already_prepared", devices=[d.device_name for d in entry.devices])
-            return cp, Outcome(devices=entry.devices)
-        if entry is not None:  # PrepareStarted: a previous attempt died part-way
-            cp = self._rollback(cp, ref.uid)
+            missing = [r for r in entry.mig_records() if self._mig is not None and self._mig.find(r) is None]
+            if not missing:
+                if entry.cdi_spec is not None and self._cdi.read(ref.uid) != entry.cdi_spec:
+                    self._cdi.write(ref.uid, dict(entry.cdi_spec))
+                    bound.info("cdi_spec_recreated")
+                bound.info("claim_already_prepared", devices=[d.device_name for d in entry.devices])
+                return cp, Outcome(devices=entry.devices)
+            bound.warning("mig_instance_vanished", instances=[f"{r.profile}@{r.start}" for r in missing])
+        if entry is not None:  # PrepareStarted (a previous attempt died part-way), or vanished MIG
+            try:
+                cp = self._rollback(cp, ref.uid)
+            except (MigError, OSError) as err:
+                bound.error("rollback_failed", error=str(err))
+                return cp, Outcome(error=f"rolling back an earlier attempt of claim {ref.namespace}/{ref.name}: {err}")
             bound.warning("partial_prepare_rolled_back")
         try:
-            claim = parse_claim(obj, uid=ref.uid, driver=self.driver, pool=self.pool, known_devices=set(self.gpus))
-            plan = plan_claim(
-                driver=self.driver,
-                claim=claim,
-                gpus=self.gpus,
-                device_nodes=self._device_nodes,
-                toolkit_devices=self._toolkit,
-                prepared=cp.claims,
-            )
+            claim = parse_claim(obj, uid=ref.uid, driver=self.driver, pool=self.pool, known_devices=set(self.targets))
+            provisional = self._provisional(claim)
+            self._plan(claim, provisional, cp)  # every check, before any side effect
         except (ClaimError, ConfigError) as err:
             bound.warning("claim_rejected", error=str(err))
             return cp, Outcome(error=str(err))
-        started = ClaimEntry(ClaimState.PREPARE_STARTED, ref.namespace, ref.name)
+        intents = tuple(_intent(t) for t in dict.fromkeys(d.target for d in provisional.values()) if _carves(t))
+        started = ClaimEntry(ClaimState.PREPARE_STARTED, ref.namespace, ref.name, mig_intents=intents)
         cp = cp.with_claim(ref.uid, started)
         self._store.save(cp)
         crash_point("after_prepare_started")
         try:
+            resolved = self._apply(provisional)
+            plan = self._plan(claim, resolved, cp)
             self._cdi.write(ref.uid, plan.cdi_spec)
             crash_point("after_cdi_written")
             done = ClaimEntry(ClaimState.PREPARE_COMPLETED, ref.namespace, ref.name, plan.devices, plan.cdi_spec)
             cp = cp.with_claim(ref.uid, done)
             self._store.save(cp)
             crash_point("after_prepare_completed")
-        except OSError as err:
-            cp = self._rollback(cp, ref.uid)
+        except (OSError, MigError, ClaimError, ConfigError) as err:
             bound.error("prepare_failed", error=str(err))
+            try:
+                cp = self._rollback(cp, ref.uid)
+            except (MigError, OSError) as rb_err:
+                bound.error("rollback_failed", error=str(rb_err))
             return cp, Outcome(error=f"preparing claim {ref.namespace}/{ref.name}: {err}")
         for d in plan.devices:
             bound.info("device_prepared", device=d.device_name, cdi_device_ids=list(d.cdi_device_ids))
         return cp, Outcome(devices=plan.devices)
 
+    def _provisional(self, claim: ClaimAllocation) -> dict[str, ResolvedDevice]:
+        """The claim's devices as they resolve before any side effect (dynamic MIG: not carved yet)."""
+        out: dict[str, ResolvedDevice] = {}
+        for r in claim.results:
+            target = self.targets[r.device]
+            if target.dynamic and target.is_mig and (r.admin_access or r.share_id):
+                raise ClaimError(
+                    f"device {r.device}: admin access and shared allocation of a dynamic MIG slice are not supported"
+                )
+            if target.is_mig and (target.dynamic or target.instance is None) and self._mig is None:
+                raise ClaimError(f"device {r.device} is a MIG device, but this plugin runs without a MIG backend")
+            rec = None
+            if target.instance is not None:  # static MIG: the instance exists
+                rec = MigRecord(
+                    target.gpu.uuid,
+                    target.instance.profile_id,
+                    target.instance.profile_name,
+                    target.instance.placement.start,
+                    target.instance.placement.size,
+                    target.instance.gi_id,
+                    target.instance.ci_id,
+                    target.instance.uuid,
+                )
+            out[r.device] = ResolvedDevice(target=target, mig=None if rec is None else rec)
+        return out
+
+    def _apply(self, provisional: dict[str, ResolvedDevice]) -> dict[str, ResolvedDevice]:
+        """Perform the claim's MIG side effects; return the devices resolved for the CDI spec."""
+        out = dict(provisional)
+        for name, dev in provisional.items():
+            t = dev.target
+            if self._mig is None:
+                continue
+            if _carves(t):
+                out[name] = self._mig.carve(t)
+            elif t.dynamic and not t.is_mig:
+                self._mig.ensure_whole(t.gpu)
+            elif t.instance is not None and t.instance.ci_id is not None:
+                out[name] = self._mig.resolved(t, t.instance)
+        return out
+
+    def _plan(self, claim: ClaimAllocation, devices: dict[str, ResolvedDevice], cp: Checkpoint) -> Any:
+        return plan_claim(
+            driver=self.driver,
+            claim=claim,
+            devices=devices,
+            device_nodes=self._device_nodes,
+            toolkit_devices=self._toolkit,
+            prepared=cp.claims,
+            node_targets=self.targets,
+        )
+
     def _rollback(self, cp: Checkpoint, uid: str) -> Checkpoint:
-        """Undo whatever a claim's preparation did (today: its CDI file), then forget it."""
+        """Undo whatever a claim's preparation did — MIG instances, MIG mode, CDI file — then forget it.
+
+        Raises MigError (the claim stays checkpointed) when an instance cannot be destroyed,
+        e.g. a process still uses it; the kubelet retries.
+        """
+        entry = cp.claims.get(uid)
+        if entry is not None and self._mig is not None:
+            keep: set[tuple[str, int]] = {
+                (r.parent_uuid, r.gi_id)
+                for other_uid, other in cp.claims.items()
+                if other_uid != uid and other.state is ClaimState.PREPARE_COMPLETED
+                for r in other.mig_records()
+                if r.gi_id is not None
+            }
+            touched: dict[str, None] = {}
+            for rec in entry.mig_records():
+                self._mig.destroy(rec, keep=keep)
+                touched[rec.parent_uuid] = None
+            for parent in touched:
+                self._mig.release_mode(self._mig.gpu(parent))
         self._cdi.remove(uid)
         crash_point("after_unprepare_cdi_removed")
         cp = cp.without_claim(uid)
@@ -238,17 +345,75 @@ class DeviceState:
                         else:
                             self._cdi.remove(ref.uid)  # a spec nobody recorded is removed all the same
                         out[ref.uid] = ""
-                    except OSError as err:
+                    except (OSError, MigError) as err:
+                        log.error("unprepare_failed", claim_uid=ref.uid, error=str(err))
                         out[ref.uid] = f"unpreparing claim {ref.namespace}/{ref.name}: {err}"
         except (LockTimeout, OSError) as err:
             for ref in valid:
                 out.setdefault(ref.uid, f"unpreparing: {err}")
         return out
 
+    def collect_garbage(self) -> list[str]:
+        """Unprepare claims whose ResourceClaim is gone (deleted, or replaced by one with another UID).
+
+        A PrepareStarted claim is rolled back as soon as its claim is gone: no pod can be using
+        it. A PrepareCompleted one only when it was found gone by the previous pass as well, so
+        a claim the kubelet is about to unprepare itself is left to it. Returns the UIDs
+        unprepared. Lookups happen outside the lock; a failed lookup decides nothing.
+        """
+        with self._locked():
+            entries = dict(self._store.load().checkpoint.claims)
+        gone: set[str] = set()
+        for uid, entry in entries.items():
+            try:
+                obj = self._claims.get_claim(entry.namespace, entry.name)
+            except Exception as err:  # noqa: BLE001 - only a definite "not found" counts
+                if getattr(err, "not_found", False):
+                    gone.add(uid)
+                else:
+                    log.info("gc_lookup_failed", claim_uid=uid, error=str(err))
+                continue
+            if (obj.get("metadata") or {}).get("uid") != uid:
+                gone.add(uid)
+        done: list[str] = []
+        with self._locked():
+            cp = self._load()
+            for uid in sorted(gone):
+                current = cp.claims.get(uid)
+                if current is None:
+                    continue
+                if current.state is ClaimState.PREPARE_COMPLETED and uid not in self._gone:
+                    continue
+                try:
+                    cp = self._rollback(cp, uid)
+                    done.append(uid)
+                    log.warning(
+                        "claim_gone_unprepared",
+                        claim_uid=uid,
+                        namespace=entry.namespace,
+                        claim=entry.name,
+                        state=entry.state.value,
+                    )
+                except (MigError, OSError) as err:
+                    log.error("gc_unprepare_failed", claim_uid=uid, error=str(err))
+        self._gone = gone - set(done)
+        return done
+
     def prepared_claims(self) -> Mapping[str, ClaimEntry]:
         """The checkpoint's claims (for status and tests)."""
         with self._locked():
             return self._store.load().checkpoint.claims
+
+
+def _carves(t: DeviceTarget) -> bool:
+    """True for a device whose preparation creates a MIG instance."""
+    return t.dynamic and t.is_mig
+
+
+def _intent(t: DeviceTarget) -> MigRecord:
+    if t.profile is None or t.placement is None:
+        raise ValueError(f"device {t.name} is not a MIG placement")
+    return MigRecord(t.gpu.uuid, t.profile.profile_id, t.profile.name, t.placement.start, t.placement.size)
 
 
 class _Locked:

@@ -10,6 +10,7 @@ import logging
 import os
 
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
+from dra_driver.core.mig import MigStrategy
 from dra_driver.sources.fake import PROFILES
 
 
@@ -20,13 +21,30 @@ def env(name: str, default: str | None = None) -> str | None:
 
 
 def add_common_flags(p: argparse.ArgumentParser) -> None:
-    """--node-name, --driver-name, --fake-gpus, --kubeconfig, --log-level."""
+    """--node-name, --driver-name, --fake-gpus, --mig, --fake-gpu-state-dir, --fake-mig-latency, --kubeconfig, --log-level."""
     p.add_argument("--node-name", default=env("NODE_NAME"), help="this node's name [NODE_NAME] (required)")
     p.add_argument("--driver-name", default=env("DRIVER_NAME", DEFAULT_DRIVER_NAME), help="DRA driver name [DRIVER_NAME]")
     p.add_argument(
         "--fake-gpus",
         default=env("FAKE_GPUS"),
         help=f"fake GPU profile instead of NVML: {', '.join(sorted(PROFILES))} [FAKE_GPUS]",
+    )
+    p.add_argument(
+        "--mig",
+        default=env("MIG_STRATEGY", MigStrategy.NONE.value),
+        choices=[m.value for m in MigStrategy],
+        help="MIG: none (full GPUs), static (publish existing instances), dynamic (carve at prepare) [MIG_STRATEGY]",
+    )
+    p.add_argument(
+        "--fake-gpu-state-dir",
+        default=env("FAKE_GPU_STATE_DIR"),
+        help="fake GPUs: where the MIG simulator keeps the GPUs' state (default <plugin dir>/fake-gpus) [FAKE_GPU_STATE_DIR]",
+    )
+    p.add_argument(
+        "--fake-mig-latency",
+        default=env("FAKE_MIG_LATENCY", "realistic"),
+        choices=["zero", "realistic"],
+        help="fake GPUs: MIG operation latency of the simulator [FAKE_MIG_LATENCY]",
     )
     p.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="kubeconfig; in-cluster config when absent [KUBECONFIG]")
     p.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning, error [LOG_LEVEL]")

@@ -13,24 +13,53 @@ from typing import Any
 
 import yaml
 
+from dra_driver.appkit.inventory import carve_layout, node_publication
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
-from dra_driver.core.schema import node_devices
+from dra_driver.core.mig import MigError, MigStrategy
 from dra_driver.core.slices import slice_objects, split_pool
 from dra_driver.sources.fake import PROFILES
-from dra_driver.sources.select import make_source
+from dra_driver.sources.select import make_mig_backend, make_source
 
 
-def inventory_slices(*, fake_gpus: str | None, node_name: str, driver: str) -> list[dict[str, Any]]:
-    """The ResourceSlice objects a node publishes."""
+def inventory_slices(
+    *,
+    fake_gpus: str | None,
+    node_name: str,
+    driver: str,
+    mig: MigStrategy = MigStrategy.NONE,
+    fake_mig_layout: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    """The ResourceSlice objects a node publishes.
+
+    With fake GPUs and ``--mig static``, ``fake_mig_layout`` names the profiles carved on every
+    GPU beforehand (in memory: nothing persists), as mig-parted would on a real node.
+    """
     gpus = make_source(fake_gpus=fake_gpus, node_name=node_name).gpus()
-    return slice_objects(driver=driver, node_name=node_name, contents=split_pool(node_devices(gpus)))
+    backend = None
+    if mig is not MigStrategy.NONE:
+        backend = make_mig_backend(fake=fake_gpus is not None, gpus=gpus)
+        if fake_mig_layout:
+            carve_layout(gpus, backend, fake_mig_layout)
+    pub = node_publication(gpus, mig, backend)
+    contents = split_pool(list(pub.devices), list(pub.counter_sets))
+    return slice_objects(driver=driver, node_name=node_name, contents=contents)
 
 
 def _inventory(args: argparse.Namespace) -> int:
+    layout = tuple(p.strip() for p in (args.fake_mig_layout or "").split(",") if p.strip())
+    if layout and (args.nvml or args.mig != MigStrategy.STATIC.value):
+        print("dra-gpu inventory: --fake-mig-layout needs --fake-gpus and --mig static", file=sys.stderr)
+        return 2
     try:
         driver = validate_driver_name(args.driver_name)
-        slices = inventory_slices(fake_gpus=None if args.nvml else args.fake_gpus, node_name=args.node_name, driver=driver)
-    except ValueError as err:
+        slices = inventory_slices(
+            fake_gpus=None if args.nvml else args.fake_gpus,
+            node_name=args.node_name,
+            driver=driver,
+            mig=MigStrategy(args.mig),
+            fake_mig_layout=layout,
+        )
+    except (ValueError, MigError) as err:
         print(f"dra-gpu inventory: {err}", file=sys.stderr)
         return 2
     if args.output == "json":
@@ -50,6 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--nvml", action="store_true", help="read this machine's GPUs through NVML (read-only)")
     inv.add_argument("--node-name", required=True, help="the node (pool) name")
     inv.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help=f"DRA driver name (default {DEFAULT_DRIVER_NAME})")
+    inv.add_argument(
+        "--mig",
+        choices=[m.value for m in MigStrategy],
+        default=MigStrategy.NONE.value,
+        help="none: full GPUs; static: existing MIG instances; dynamic: every placement with shared counters",
+    )
+    inv.add_argument(
+        "--fake-mig-layout",
+        metavar="PROFILES",
+        help="with --fake-gpus and --mig static: profiles carved on every GPU first, e.g. 3g.40gb,2g.20gb,1g.10gb",
+    )
     inv.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
     inv.set_defaults(func=_inventory)
     return p

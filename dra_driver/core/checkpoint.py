@@ -8,7 +8,13 @@ Format (version 1)::
     {"apiVersion": "checkpoint.dra-gpu.dev/v1", "checksum": "sha256:<hex of canonical data>",
      "data": {"nodeBootID": "...", "claims": {"<uid>": {"state": "PrepareStarted|PrepareCompleted",
               "namespace": "...", "name": "...", "devices": [{"requestNames": [...],
-              "poolName": "...", "deviceName": "...", "cdiDeviceIDs": [...], "shareID": null}]}}}}
+              "poolName": "...", "deviceName": "...", "cdiDeviceIDs": [...], "shareID": null,
+              "mig": {"parentUUID", "profileID", "profile", "placement": {"start", "size"},
+                      "giID", "ciID", "migUUID"}}],
+              "migIntents": [<mig records without ids, PrepareStarted only>]}}}}
+
+``mig``, ``migIntents``, ``adminAccess`` and ``cdiSpec`` were added under the additive rule
+below and are written only when set.
 
 Upgrade rule (written here, enforced by the decoder):
   * Additive changes (a new optional field) keep the version. Readers ignore unknown fields,
@@ -44,6 +50,51 @@ class ClaimState(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class MigRecord:
+    """A MIG instance of a claim: to be carved (PrepareStarted, ids None) or carved (with ids).
+
+    PrepareStarted entries hold the intent, written before the first NVML call; completed
+    devices hold the carved instance with its GI/CI ids and MIG UUID.
+    """
+
+    parent_uuid: str
+    profile_id: int
+    profile: str
+    start: int
+    size: int
+    gi_id: int | None = None
+    ci_id: int | None = None
+    mig_uuid: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Checkpoint JSON."""
+        return {
+            "parentUUID": self.parent_uuid,
+            "profileID": self.profile_id,
+            "profile": self.profile,
+            "placement": {"start": self.start, "size": self.size},
+            "giID": self.gi_id,
+            "ciID": self.ci_id,
+            "migUUID": self.mig_uuid,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> MigRecord:
+        """Decode leniently (see the upgrade rule)."""
+        placement = raw.get("placement") or {}
+        return cls(
+            parent_uuid=str(raw["parentUUID"]),
+            profile_id=int(raw["profileID"]),
+            profile=str(raw.get("profile", "")),
+            start=int(placement["start"]),
+            size=int(placement["size"]),
+            gi_id=None if raw.get("giID") is None else int(raw["giID"]),
+            ci_id=None if raw.get("ciID") is None else int(raw["ciID"]),
+            mig_uuid=raw.get("migUUID") or None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedDevice:
     """One device of a prepared claim, exactly as answered to the kubelet."""
 
@@ -54,9 +105,11 @@ class PreparedDevice:
     share_id: str | None = None
     admin_access: bool = False
     """Prepared for admin access: does not hold the device exclusively (not sent to the kubelet)."""
+    mig: MigRecord | None = None
+    """The MIG instance carved for this device (dynamic MIG only)."""
 
     def to_json(self) -> dict[str, Any]:
-        """Checkpoint JSON of this device (``adminAccess`` only when true: an additive field)."""
+        """Checkpoint JSON of this device (``adminAccess``, ``mig`` only when set: additive fields)."""
         out: dict[str, Any] = {
             "requestNames": list(self.request_names),
             "poolName": self.pool_name,
@@ -66,6 +119,8 @@ class PreparedDevice:
         }
         if self.admin_access:
             out["adminAccess"] = True
+        if self.mig is not None:
+            out["mig"] = self.mig.to_json()
         return out
 
     @classmethod
@@ -78,6 +133,7 @@ class PreparedDevice:
             cdi_device_ids=tuple(raw.get("cdiDeviceIDs") or ()),
             share_id=raw.get("shareID") or None,
             admin_access=bool(raw.get("adminAccess", False)),
+            mig=MigRecord.from_json(raw["mig"]) if raw.get("mig") else None,
         )
 
 
@@ -91,6 +147,9 @@ class ClaimEntry:
     devices: tuple[PreparedDevice, ...] = ()
     cdi_spec: Mapping[str, Any] | None = None
     """The CDI spec written for the claim, kept so a lost spec file can be re-created as it was."""
+    mig_intents: tuple[MigRecord, ...] = ()
+    """PrepareStarted only: the MIG instances this attempt is about to carve, written before the
+    first NVML call, so a retry or a restart finds and destroys whatever part of it was made."""
 
     def to_json(self) -> dict[str, Any]:
         """Checkpoint JSON of this claim."""
@@ -102,6 +161,8 @@ class ClaimEntry:
         }
         if self.cdi_spec is not None:
             out["cdiSpec"] = self.cdi_spec
+        if self.mig_intents:
+            out["migIntents"] = [m.to_json() for m in self.mig_intents]
         return out
 
     @classmethod
@@ -113,7 +174,12 @@ class ClaimEntry:
             name=str(raw.get("name", "")),
             devices=tuple(PreparedDevice.from_json(d) for d in raw.get("devices") or ()),
             cdi_spec=raw.get("cdiSpec"),
+            mig_intents=tuple(MigRecord.from_json(m) for m in raw.get("migIntents") or ()),
         )
+
+    def mig_records(self) -> tuple[MigRecord, ...]:
+        """Every MIG instance this claim owns (completed) or may have partly made (started)."""
+        return self.mig_intents + tuple(d.mig for d in self.devices if d.mig is not None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import semver
 
 from dra_driver.core.gpu import GpuInfo
+from dra_driver.core.mig import MigProfile, Placement, mig_device_name
 from dra_driver.core.quantity import format_bytes
 
 AttrKind = Literal["string", "int", "bool", "version"]
@@ -34,9 +35,18 @@ ATTR_CUDA_DRIVER_VERSION = "cudaDriverVersion"
 ATTR_MIG_CAPABLE = "migCapable"
 ATTR_PCI_BUS_ID = f"{STANDARD_DOMAIN}/pciBusID"
 ATTR_PCIE_ROOT = f"{STANDARD_DOMAIN}/pcieRoot"
+ATTR_PARENT_UUID = "parentUUID"
+ATTR_PROFILE = "profile"
 CAPACITY_MEMORY = "memory"
+CAPACITY_MULTIPROCESSORS = "multiprocessors"
+CAPACITY_COPY_ENGINES = "copyEngines"
+CAPACITY_DECODERS = "decoders"
+CAPACITY_ENCODERS = "encoders"
+CAPACITY_JPEG_ENGINES = "jpegEngines"
+CAPACITY_OFA_ENGINES = "ofaEngines"
 
 DEVICE_TYPE_GPU = "gpu"
+DEVICE_TYPE_MIG = "mig"
 
 MAX_STRING_LEN = 64  # API limit for string and version attribute values
 MAX_ATTRS_AND_CAPACITIES = 32  # API limit per device
@@ -114,26 +124,65 @@ def _string(value: str, what: str) -> Attr:
     return Attr("string", value)
 
 
-def gpu_device(gpu: GpuInfo) -> DeviceSpec:
-    """Map one full GPU to its ResourceSlice device. Pure and deterministic."""
+def _parent_attributes(gpu: GpuInfo) -> dict[str, Attr]:
+    """What a full GPU and each of its MIG devices both say about the physical GPU."""
     attrs: dict[str, Attr] = {
-        ATTR_TYPE: Attr("string", DEVICE_TYPE_GPU),
-        ATTR_UUID: _string(gpu.uuid, "uuid"),
         ATTR_PRODUCT_NAME: _string(gpu.product_name, "productName"),
         ATTR_BRAND: _string(gpu.brand, "brand"),
         ATTR_ARCHITECTURE: _string(gpu.architecture, "architecture"),
         ATTR_CUDA_COMPUTE_CAPABILITY: Attr("version", to_semver(gpu.cuda_compute_capability)),
         ATTR_DRIVER_VERSION: Attr("version", to_semver(gpu.driver_version)),
         ATTR_CUDA_DRIVER_VERSION: Attr("version", to_semver(gpu.cuda_driver_version)),
-        ATTR_MIG_CAPABLE: Attr("bool", gpu.mig_capable),
         ATTR_PCI_BUS_ID: _string(gpu.pci_bus_id, "pciBusID"),
     }
     if gpu.pcie_root:
         attrs[ATTR_PCIE_ROOT] = _string(gpu.pcie_root, "pcieRoot")
+    return attrs
+
+
+def gpu_device(gpu: GpuInfo) -> DeviceSpec:
+    """Map one full GPU to its ResourceSlice device. Pure and deterministic."""
+    attrs: dict[str, Attr] = {
+        ATTR_TYPE: Attr("string", DEVICE_TYPE_GPU),
+        ATTR_UUID: _string(gpu.uuid, "uuid"),
+        **_parent_attributes(gpu),
+        ATTR_MIG_CAPABLE: Attr("bool", gpu.mig_capable),
+    }
     return DeviceSpec(
         name=gpu_device_name(gpu.minor),
         attributes=attrs,
         capacity={CAPACITY_MEMORY: format_bytes(gpu.memory_bytes)},
+    )
+
+
+def mig_device(gpu: GpuInfo, profile: MigProfile, placement: Placement, mig_uuid: str | None) -> DeviceSpec:
+    """Map one MIG placement of a GPU to its device. Pure.
+
+    The placement holds an instance that exists (static, published with its ``uuid``) or one
+    the driver carves at prepare (dynamic, no ``uuid`` yet). Capacities are the profile's
+    resources as NVML reports them, so selectors can ask for memory or multiprocessors
+    without knowing profile names.
+    """
+    attrs: dict[str, Attr] = {
+        ATTR_TYPE: Attr("string", DEVICE_TYPE_MIG),
+        ATTR_PARENT_UUID: _string(gpu.uuid, "parentUUID"),
+        ATTR_PROFILE: _string(profile.name, "profile"),
+        **_parent_attributes(gpu),
+    }
+    if mig_uuid:
+        attrs[ATTR_UUID] = _string(mig_uuid, "uuid")
+    return DeviceSpec(
+        name=mig_device_name(gpu.minor, profile.name, placement.start),
+        attributes=attrs,
+        capacity={
+            CAPACITY_MEMORY: format_bytes(profile.memory_mib << 20),
+            CAPACITY_MULTIPROCESSORS: str(profile.multiprocessors),
+            CAPACITY_COPY_ENGINES: str(profile.copy_engines),
+            CAPACITY_DECODERS: str(profile.decoders),
+            CAPACITY_ENCODERS: str(profile.encoders),
+            CAPACITY_JPEG_ENGINES: str(profile.jpeg_engines),
+            CAPACITY_OFA_ENGINES: str(profile.ofa_engines),
+        },
     )
 
 

@@ -81,7 +81,7 @@ def slice_objects(
 ) -> list[dict[str, Any]]:
     """Full ResourceSlice objects for a node-local pool (pool name = node name), as the API takes them.
 
-    Names are deterministic (``<node>-<driver>-<index>``), so the printed inventory equals what
+    Names are deterministic (``<node>-<driver>-<index:03d>``), so the printed inventory equals what
     the publisher creates. The owner reference to the Node is added when its UID is known.
     """
     objs: list[dict[str, Any]] = []
@@ -102,7 +102,14 @@ def slice_objects(
 
 
 def slice_name(node_name: str, driver: str, index: int) -> str:
-    """Deterministic slice name ``<node>-<driver>-<index>``, shortened to the 253-char name limit."""
+    """Deterministic slice name ``<node>-<driver>-<index>``, shortened to the 253-char name limit.
+
+    The index is zero-padded to three digits: the scheduler walks a pool's slices sorted by
+    name, so names must sort in index order for the driver's device order to hold (``-10``
+    would otherwise come before ``-2``).
+    """
+    if not 0 <= index < 1000:
+        raise ValueError(f"slice index {index} is out of range (a node never needs 1000 slices)")
     base = f"{node_name}-{driver}"
-    suffix = f"-{index}"
+    suffix = f"-{index:03d}"
     return base[: 253 - len(suffix)] + suffix

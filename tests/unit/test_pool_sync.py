@@ -73,7 +73,7 @@ def gens(objs: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> set[int]:
 def test_first_publication_creates_every_slice_at_generation_one() -> None:
     """An empty cluster gets all slices created, generation 1, exact slice count, Node owner."""
     p = plan([], split_pool(devs(200)))
-    assert [f"{NODE}-{DRIVER}-0", f"{NODE}-{DRIVER}-1"] == [o["metadata"]["name"] for o in p.create]
+    assert [f"{NODE}-{DRIVER}-000", f"{NODE}-{DRIVER}-001"] == [o["metadata"]["name"] for o in p.create]
     assert () == p.update
     assert () == p.delete
     assert 1 == p.generation
@@ -121,7 +121,7 @@ def test_change_confined_to_one_slice_still_rewrites_the_other() -> None:
     """A change in the second slice only also rewrites the first: the whole pool moves together."""
     existing = published(split_pool(devs(200)))
     p = plan(existing, split_pool(devs(199)))
-    assert {f"{NODE}-{DRIVER}-0", f"{NODE}-{DRIVER}-1"} == {o["metadata"]["name"] for o in p.update}
+    assert {f"{NODE}-{DRIVER}-000", f"{NODE}-{DRIVER}-001"} == {o["metadata"]["name"] for o in p.update}
     assert {2} == gens(p.update)
 
 
@@ -131,11 +131,11 @@ def test_deleted_slice_is_recreated_with_new_generation() -> None:
     existing = published(desired)
     survivors = [o for o in existing if not o["metadata"]["name"].endswith("-0")]
     p = plan(survivors, desired)
-    assert [f"{NODE}-{DRIVER}-0"] == [o["metadata"]["name"] for o in p.create]
-    assert [f"{NODE}-{DRIVER}-1"] == [o["metadata"]["name"] for o in p.update]
+    assert [f"{NODE}-{DRIVER}-000"] == [o["metadata"]["name"] for o in p.create]
+    assert [f"{NODE}-{DRIVER}-001"] == [o["metadata"]["name"] for o in p.update]
     assert 2 == p.generation
     assert {2} == gens(p.create) | gens(p.update)
-    assert "slice node-a-gpu.dra-gpu.dev-0 is missing" in p.reasons
+    assert "slice node-a-gpu.dra-gpu.dev-000 is missing" in p.reasons
 
 
 def test_wiped_pool_continues_above_the_last_written_generation() -> None:
@@ -159,8 +159,8 @@ def test_extra_slice_is_deleted() -> None:
     stray = store(copy.deepcopy(existing[0]))
     stray["metadata"] = {"name": "old-naming-scheme-slice", "resourceVersion": "7"}
     p = plan([*existing, stray], split_pool(devs(100)))
-    assert sorted([f"{NODE}-{DRIVER}-1", f"{NODE}-{DRIVER}-2", "old-naming-scheme-slice"]) == sorted(p.delete)
-    assert [f"{NODE}-{DRIVER}-0"] == [o["metadata"]["name"] for o in p.update]
+    assert sorted([f"{NODE}-{DRIVER}-001", f"{NODE}-{DRIVER}-002", "old-naming-scheme-slice"]) == sorted(p.delete)
+    assert [f"{NODE}-{DRIVER}-000"] == [o["metadata"]["name"] for o in p.update]
     assert 1 == p.update[0]["spec"]["pool"]["resourceSliceCount"]
     assert 2 == p.generation
     assert () == p.replaced
@@ -205,7 +205,7 @@ def test_slice_in_foreign_pool_is_deleted_then_recreated() -> None:
     existing = published(desired)
     existing[0]["spec"]["pool"]["name"] = "legacy-pool"
     p = plan(existing, desired)
-    name = f"{NODE}-{DRIVER}-0"
+    name = f"{NODE}-{DRIVER}-000"
     assert (name,) == p.replaced
     assert [name] == [o["metadata"]["name"] for o in p.create]
     assert () == p.update

@@ -1,0 +1,165 @@
+"""MIG side effects of prepare and unprepare: carve, find, destroy, and MIG mode on and off.
+
+Called by ``kubelet_plugin.state`` with its lock held; the decisions (which placement, who
+owns what) come from the checkpoint and ``dra_driver.core``. Every side effect is followed by
+a named fault-injection point (``kubelet_plugin.faults``), so the crash tests can kill the
+process right after it and prove the next start recovers: no leaked instance, no placement
+given twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import structlog
+
+from dra_driver.core.checkpoint import MigRecord
+from dra_driver.core.gpu import GpuInfo
+from dra_driver.core.mig import MigBackend, MigError, MigErrorCode, MigInstance, can_toggle_mig_mode
+from dra_driver.core.mig_publish import DeviceTarget
+from dra_driver.core.prepare import ResolvedDevice
+from kubelet_plugin.faults import crash_point
+
+log = structlog.get_logger(__name__)
+
+
+class MigOps:
+    """MIG operations on this node's GPUs through one backend (NVML, or NVML over the simulator)."""
+
+    def __init__(self, backend: MigBackend, gpus: Iterable[GpuInfo]) -> None:
+        self.backend = backend
+        self._gpus = {g.uuid: g for g in gpus}
+
+    def gpu(self, uuid: str) -> GpuInfo:
+        """The GPU with this UUID; KeyError if the node has none."""
+        return self._gpus[uuid]
+
+    # -- prepare ------------------------------------------------------------------------------
+
+    def carve(self, target: DeviceTarget) -> ResolvedDevice:
+        """Create the GPU instance at exactly the target's placement and its full-size CI."""
+        if target.profile is None or target.placement is None:
+            raise ValueError(f"device {target.name} is not a MIG placement")
+        gpu, profile, placement = target.gpu, target.profile, target.placement
+        bound = log.bind(device=target.name, gpu=gpu.uuid)
+        mode = self.backend.mode(gpu)
+        if not mode.current:
+            if not can_toggle_mig_mode(gpu):
+                raise MigError(
+                    "enable MIG mode", MigErrorCode.RESET_REQUIRED, f"{gpu.product_name} needs a GPU reset to enable MIG"
+                )
+            self.backend.set_mode(gpu, True)
+            bound.info("mig_mode_enabled")
+            crash_point("after_mig_mode_enabled")
+        gi_id = self.backend.create_gpu_instance(gpu, profile.profile_id, placement.start)
+        bound.info("gpu_instance_created", profile=profile.name, start=placement.start, gi_id=gi_id)
+        crash_point("after_gi_created")
+        inst = self.backend.create_compute_instance(gpu, gi_id)
+        bound.info("compute_instance_created", gi_id=gi_id, ci_id=inst.ci_id, mig_uuid=inst.uuid)
+        crash_point("after_ci_created")
+        return self.resolved(target, inst)
+
+    def resolved(self, target: DeviceTarget, inst: MigInstance) -> ResolvedDevice:
+        """A MIG target with its live instance: record, UUID and caps device nodes."""
+        if target.profile is None or target.placement is None:
+            raise ValueError(f"device {target.name} is not a MIG placement")
+        if inst.ci_id is None or not inst.uuid:
+            raise MigError("resolve MIG device", MigErrorCode.NOT_FOUND, f"GPU instance {inst.gi_id} has no compute instance")
+        record = MigRecord(
+            parent_uuid=target.gpu.uuid,
+            profile_id=target.profile.profile_id,
+            profile=target.profile.name,
+            start=target.placement.start,
+            size=target.placement.size,
+            gi_id=inst.gi_id,
+            ci_id=inst.ci_id,
+            mig_uuid=inst.uuid,
+        )
+        caps = self.backend.caps_device_nodes(target.gpu, inst.gi_id, inst.ci_id)
+        return ResolvedDevice(target=target, mig=record, caps_nodes=caps)
+
+    def ensure_whole(self, gpu: GpuInfo) -> None:
+        """Make a GPU usable whole for a full-GPU claim: MIG mode off (it must hold no instance)."""
+        if not self.backend.mode(gpu).current:
+            return
+        if self.backend.instances(gpu):
+            raise MigError("use the full GPU", MigErrorCode.IN_USE, f"GPU {gpu.uuid} has MIG instances")
+        if not can_toggle_mig_mode(gpu):
+            raise MigError("disable MIG mode", MigErrorCode.RESET_REQUIRED, f"{gpu.product_name} needs a GPU reset")
+        self.backend.set_mode(gpu, False)
+        log.info("mig_mode_disabled", gpu=gpu.uuid, reason="full GPU prepared")
+        crash_point("after_mig_mode_disabled")
+
+    def find(self, rec: MigRecord) -> MigInstance | None:
+        """The live instance a record stands for (same GPU, profile and placement, and GI id if known)."""
+        gpu = self._gpus.get(rec.parent_uuid)
+        if gpu is None:
+            return None
+        for inst in self.backend.instances(gpu):
+            if inst.profile_id != rec.profile_id or inst.placement.start != rec.start:
+                continue
+            if rec.gi_id is not None and inst.gi_id != rec.gi_id:
+                continue
+            return inst
+        return None
+
+    # -- unprepare ----------------------------------------------------------------------------
+
+    def destroy(self, rec: MigRecord, *, keep: Iterable[tuple[str, int]] = ()) -> bool:
+        """Destroy the instance a record stands for, CIs first; False when there was none.
+
+        ``keep`` holds (parent UUID, GI id) pairs other claims own: never destroyed.
+        """
+        inst = self.find(rec)
+        if inst is None or (inst.parent_uuid, inst.gi_id) in set(keep):
+            return False
+        self.destroy_instance(inst, reason="claim unprepared")
+        return True
+
+    def destroy_instance(self, inst: MigInstance, *, reason: str) -> None:
+        """Destroy one GPU instance and its compute instances. NOT_FOUND counts as done."""
+        gpu = self._gpus[inst.parent_uuid]
+        bound = log.bind(gpu=gpu.uuid, gi_id=inst.gi_id, profile=inst.profile_name, start=inst.placement.start)
+        try:
+            self.backend.destroy_compute_instances(gpu, inst.gi_id)
+            crash_point("after_unprepare_ci_destroyed")
+            self.backend.destroy_gpu_instance(gpu, inst.gi_id)
+        except MigError as err:
+            if err.code is not MigErrorCode.NOT_FOUND:
+                raise
+        bound.info("mig_instance_destroyed", mig_uuid=inst.uuid, reason=reason)
+        crash_point("after_unprepare_gi_destroyed")
+
+    def release_mode(self, gpu: GpuInfo) -> None:
+        """Turn MIG mode off when nothing is carved and the GPU allows it (Hopper and newer)."""
+        if not can_toggle_mig_mode(gpu) or not self.backend.mode(gpu).current or self.backend.instances(gpu):
+            return
+        self.backend.set_mode(gpu, False)
+        log.info("mig_mode_disabled", gpu=gpu.uuid, reason="no MIG instance left")
+        crash_point("after_unprepare_mig_mode_disabled")
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    def sweep(self, owned: Mapping[str, set[int]]) -> list[MigInstance]:
+        """Destroy every instance not owned by a completed claim (``owned``: GPU UUID → GI ids).
+
+        Returns what was destroyed. An instance that cannot be destroyed (in use) is logged and
+        kept; the next start tries again.
+        """
+        gone: list[MigInstance] = []
+        for gpu in self._gpus.values():
+            if self.backend.catalog(gpu) is None:
+                continue
+            for inst in self.backend.instances(gpu):
+                if inst.gi_id in owned.get(gpu.uuid, set()):
+                    continue
+                try:
+                    self.destroy_instance(inst, reason="not owned by a prepared claim")
+                    gone.append(inst)
+                except MigError as err:
+                    log.error("mig_instance_not_destroyed", gpu=gpu.uuid, gi_id=inst.gi_id, error=str(err))
+            try:
+                self.release_mode(gpu)
+            except MigError as err:
+                log.error("mig_mode_not_released", gpu=gpu.uuid, error=str(err))
+        return gone
