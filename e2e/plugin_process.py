@@ -42,6 +42,7 @@ class PluginProcess:
         registrar_dir: Path | None = None,
         plugins_dir: Path | None = None,
         cdi_root: Path | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         """``registrar_dir``/``plugins_dir`` default to dirs under ``base``; a KubeletNode passes its own."""
         self.base = base
@@ -55,6 +56,7 @@ class PluginProcess:
         self.node = node
         self.profile = profile
         self.publish = publish
+        self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
         if not self.boot_id.exists():
             self.boot_id.write_text("boot-1\n")
@@ -100,6 +102,7 @@ class PluginProcess:
             str(self.boot_id),
             "--log-level",
             "debug",
+            *self.extra_args,
         ]
         started_before = self._started_count()
         with self.log.open("ab") as log:
@@ -169,6 +172,11 @@ class PluginProcess:
         req = pb.NodeUnprepareResourcesRequest(claims=[pb.Claim(namespace=ns, uid=uid, name=n) for ns, uid, n in claims])
         with grpc.insecure_channel(f"unix://{self.dra_socket}") as ch:
             return stub(ch).NodeUnprepareResources(req, timeout=45)
+
+    @property
+    def sim_state(self) -> Path:
+        """The MIG simulator's state file of this plugin's fake GPUs (default state dir)."""
+        return self.plugin_dir / "fake-gpus" / "mig-state.json"
 
     def cdi_files(self) -> list[str]:
         return sorted(p.name for p in self.cdi.iterdir()) if self.cdi.exists() else []

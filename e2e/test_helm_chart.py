@@ -17,6 +17,7 @@ slices: the chart's permissions are enough, not just small.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -35,7 +36,9 @@ from typing import Any
 import pytest
 import yaml
 
+from dra_driver.appkit.flags import add_common_flags
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
+from dra_driver.core.mig import MigStrategy
 from dra_driver.sources.fake import PROFILES
 from e2e.cluster import ApiError, LocalCluster
 from e2e.helm_cli import CHART, NAMESPACE, RELEASE, Helm
@@ -74,8 +77,10 @@ def env_of(container: Mapping[str, Any]) -> dict[str, Any]:
         ("gpus.fake.profile=h100x8",),
         ("gpus.fake.profile=l4x4", "controller.enabled=true", "controller.nodeName=node-a", "deviceStatus.enabled=true"),
         ("admissionPolicy.enabled=false", "deviceClasses.mig.enabled=false", "kubeletPlugin.healthcheckPort=-1"),
+        ("gpus.fake.profile=h100x8", "mig.strategy=dynamic", "gpus.fake.migLatency=zero", "kubeletPlugin.gcInterval=0"),
+        ("mig.strategy=static", "controller.enabled=true", "controller.nodeName=node-a"),
     ],
-    ids=["defaults", "fake-h100x8", "controller-and-status", "minimal"],
+    ids=["defaults", "fake-h100x8", "controller-and-status", "minimal", "mig-dynamic-fake", "mig-static-nvml"],
 )
 def test_lint_strict_passes(helm: Helm, sets: tuple[str, ...]) -> None:
     """``helm lint --strict`` (warnings are errors) accepts the chart with these values."""
@@ -96,6 +101,11 @@ def test_lint_strict_passes(helm: Helm, sets: tuple[str, ...]) -> None:
         ("kubeletPlugin.registrarDir=relative/dir", "registrarDir"),
         ("kubeletPlugin.typo=1", "typo"),
         ("controller.enabled=true", "nodeName"),
+        ("mig.strategy=auto", "/mig/strategy"),
+        ("mig.strategy=Dynamic", "/mig/strategy"),
+        ("gpus.fake.migLatency=slow", "migLatency"),
+        ("kubeletPlugin.gcInterval=-5", "gcInterval"),
+        ("kubeletPlugin.gcInterval=often", "gcInterval"),
     ],
 )
 def test_schema_rejects_bad_values(helm: Helm, bad: str, mentions: str) -> None:
@@ -111,6 +121,20 @@ def test_schema_profiles_are_the_codes_profiles() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     enum = schema["properties"]["gpus"]["properties"]["fake"]["properties"]["profile"]["enum"]
     assert sorted(enum) == sorted(["", *PROFILES])
+
+
+def test_schema_mig_choices_are_the_daemons_flag_choices() -> None:
+    """mig.strategy and gpus.fake.migLatency allow exactly what --mig and --fake-mig-latency accept."""
+    parser = argparse.ArgumentParser()
+    add_common_flags(parser)
+    choices = {a.dest: sorted(a.choices or ()) for a in parser._actions}
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    assert sorted(schema["mig"]["properties"]["strategy"]["enum"]) == choices["mig"] == sorted(m.value for m in MigStrategy)
+    latency = schema["gpus"]["properties"]["fake"]["properties"]["migLatency"]["enum"]
+    assert sorted(latency) == choices["fake_mig_latency"]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["mig"]["strategy"] == MigStrategy.NONE.value  # off unless asked for
+    assert values["gpus"]["fake"]["migLatency"] == parser.get_default("fake_mig_latency")
 
 
 def test_values_default_driver_name_is_the_codes() -> None:
@@ -137,12 +161,15 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "POD_UID": {"fieldRef": {"fieldPath": "metadata.uid"}},
         "DRIVER_NAME": DEFAULT_DRIVER_NAME,
         "LOG_LEVEL": "info",
+        "MIG_STRATEGY": "none",
         "FAKE_GPUS": "h100x8",
+        "FAKE_MIG_LATENCY": "realistic",
         "CDI_ROOT": "/var/run/cdi",
         "REGISTRAR_DIR": "/var/lib/kubelet/plugins_registry",
         "PLUGIN_DIR": f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}",
         "HEALTHCHECK_PORT": "51515",
         "PUBLISH_SLICES": "true",
+        "GC_INTERVAL": "600",
     }
     assert c["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}
     sc = c["securityContext"]
@@ -168,6 +195,8 @@ def test_daemonset_nvml_mode(helm: Helm) -> None:
     assert c["securityContext"] == {"privileged": True}
     env = env_of(c)
     assert "FAKE_GPUS" not in env
+    assert "FAKE_MIG_LATENCY" not in env  # the simulator's knob means nothing on real GPUs
+    assert env["MIG_STRATEGY"] == "none"
     assert env["PLUGIN_DIR"] == "/var/lib/kubelet/plugins/gpu.example.org"
     assert env["LD_LIBRARY_PATH"] == "/run/dra-gpu/nvml"
     assert c["command"][:2] == ["/bin/sh", "-ec"]
@@ -193,6 +222,37 @@ def test_rbac_least_privilege(helm: Helm) -> None:
     (driver_rule,) = [r for r in rules if r["resources"] == ["resourceclaims/driver"]]
     assert driver_rule["resourceNames"] == [DEFAULT_DRIVER_NAME]
     assert sorted(driver_rule["verbs"]) == ["associated-node:patch", "associated-node:update"]
+
+
+def test_mig_values_reach_both_daemons(helm: Helm) -> None:
+    """mig.strategy goes to the plugin and the controller, migLatency with fake GPUs only, gcInterval to the plugin."""
+    docs = helm.template(
+        "gpus.fake.profile=h100x8", "mig.strategy=dynamic", "gpus.fake.migLatency=zero", "kubeletPlugin.gcInterval=45",
+        "controller.enabled=true", "controller.nodeName=node-x",
+    )  # fmt: skip
+    (plugin,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    (ctl,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    p_env, c_env = env_of(plugin), env_of(ctl)
+    assert (p_env["MIG_STRATEGY"], p_env["FAKE_MIG_LATENCY"], p_env["GC_INTERVAL"]) == ("dynamic", "zero", "45")
+    assert (c_env["MIG_STRATEGY"], c_env["FAKE_MIG_LATENCY"]) == ("dynamic", "zero")
+    assert "GC_INTERVAL" not in c_env  # the controller prepares nothing, so it has nothing to collect
+
+    nvml = helm.template("mig.strategy=static", "controller.enabled=true", "controller.nodeName=node-x")
+    for container in (
+        by_kind(nvml, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"][0],
+        by_kind(nvml, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"][0],
+    ):
+        env = env_of(container)
+        assert env["MIG_STRATEGY"] == "static"
+        assert "FAKE_MIG_LATENCY" not in env
+
+
+def test_mig_device_class_selects_mig_devices(helm: Helm) -> None:
+    """The mig.<driver> class is a real class for type "mig" devices; it can be switched off."""
+    classes = by_kind(helm.template("driverName=gpu.example.org"), "DeviceClass")
+    expr = classes["mig.gpu.example.org"]["spec"]["selectors"][0]["cel"]["expression"]
+    assert expr == "device.driver == 'gpu.example.org' && device.attributes['gpu.example.org'].type == 'mig'"
+    assert "mig.gpu.example.org" not in by_kind(helm.template("deviceClasses.mig.enabled=false"), "DeviceClass")
 
 
 def test_controller_renders_only_when_enabled(helm: Helm) -> None:
@@ -478,7 +538,8 @@ def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.
 
     docs = helm.template(
         "gpus.fake.profile=b200x8", "driverName=gpu.example.org", "logLevel=debug", "kubeletPlugin.healthcheckPort=6000",
-        "controller.enabled=true", "controller.nodeName=node-ctl",
+        "controller.enabled=true", "controller.nodeName=node-ctl", "mig.strategy=dynamic", "gpus.fake.migLatency=zero",
+        "kubeletPlugin.gcInterval=30",
     )  # fmt: skip
     (plugin,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
     downward = {"NODE_NAME": "node-a", "POD_UID": "0f7c2d4e-1b2a-4c3d-9e8f-a1b2c3d4e5f6"}
@@ -489,6 +550,9 @@ def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.
     assert (s.healthcheck_port, s.log_level, s.publish_slices) == (6000, "debug", True)
     assert str(s.plugin_dir) == "/var/lib/kubelet/plugins/gpu.example.org"
     assert (str(s.registrar_dir), str(s.cdi_root)) == ("/var/lib/kubelet/plugins_registry", "/var/run/cdi")
+    assert (s.mig, s.fake_mig_latency, s.gc_interval_s) == (MigStrategy.DYNAMIC, "zero", 30.0)
+    # The simulated GPUs' state lives in the plugin dir, a host path: it survives a plugin restart.
+    assert str(s.fake_gpu_state_dir) == "/var/lib/kubelet/plugins/gpu.example.org/fake-gpus"
 
     (ctl,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
     for name in env_of(plugin):
@@ -497,6 +561,7 @@ def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.
         monkeypatch.setenv(name, value)
     cs = parse_controller([])
     assert (cs.node_name, cs.driver_name, cs.fake_gpus, cs.log_level) == ("node-ctl", "gpu.example.org", "b200x8", "debug")
+    assert cs.mig is MigStrategy.DYNAMIC
 
 
 def test_plugin_publishes_with_only_the_charts_permissions(helm: Helm, installed: LocalCluster, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Fault injection for crash-safety tests: die with SIGKILL at a named point of prepare.
+"""Fault injection for crash-safety tests: die with SIGKILL at a named point of prepare or unprepare.
 
 Off unless ``DRA_GPU_CRASH_AT`` names a point; the integration tests set it to prove that a
 kill -9 at any step leaves state the next start recovers from. Called by ``kubelet_plugin.state``.
@@ -10,7 +10,23 @@ import os
 import signal
 
 ENV = "DRA_GPU_CRASH_AT"
-POINTS = ("after_prepare_started", "after_cdi_written", "after_prepare_completed", "after_unprepare_cdi_removed")
+# Every point follows a side effect, in the order prepare and unprepare reach them.
+PREPARE_POINTS = (
+    "after_prepare_started",
+    "after_mig_mode_enabled",
+    "after_mig_mode_disabled",
+    "after_gi_created",
+    "after_ci_created",
+    "after_cdi_written",
+    "after_prepare_completed",
+)
+UNPREPARE_POINTS = (
+    "after_unprepare_ci_destroyed",
+    "after_unprepare_gi_destroyed",
+    "after_unprepare_mig_mode_disabled",
+    "after_unprepare_cdi_removed",
+)
+POINTS = PREPARE_POINTS + UNPREPARE_POINTS
 
 
 def crash_point(name: str) -> None:

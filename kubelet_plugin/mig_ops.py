@@ -60,7 +60,10 @@ class MigOps:
         return self.resolved(target, inst)
 
     def resolved(self, target: DeviceTarget, inst: MigInstance) -> ResolvedDevice:
-        """A MIG target with its live instance: record, UUID and caps device nodes."""
+        """A MIG target with its live instance: record, UUID and caps device nodes.
+
+        The record is marked carved for dynamic targets only: static instances are never destroyed.
+        """
         if target.profile is None or target.placement is None:
             raise ValueError(f"device {target.name} is not a MIG placement")
         if inst.ci_id is None or not inst.uuid:
@@ -74,6 +77,7 @@ class MigOps:
             gi_id=inst.gi_id,
             ci_id=inst.ci_id,
             mig_uuid=inst.uuid,
+            carved=target.dynamic,
         )
         caps = self.backend.caps_device_nodes(target.gpu, inst.gi_id, inst.ci_id)
         return ResolvedDevice(target=target, mig=record, caps_nodes=caps)

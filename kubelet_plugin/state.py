@@ -263,6 +263,7 @@ class DeviceState:
                     target.instance.gi_id,
                     target.instance.ci_id,
                     target.instance.uuid,
+                    carved=False,
                 )
             out[r.device] = ResolvedDevice(target=target, mig=None if rec is None else rec)
         return out

@@ -10,7 +10,7 @@ Format (version 1)::
               "namespace": "...", "name": "...", "devices": [{"requestNames": [...],
               "poolName": "...", "deviceName": "...", "cdiDeviceIDs": [...], "shareID": null,
               "mig": {"parentUUID", "profileID", "profile", "placement": {"start", "size"},
-                      "giID", "ciID", "migUUID"}}],
+                      "giID", "ciID", "migUUID", "carved"}}],
               "migIntents": [<mig records without ids, PrepareStarted only>]}}}}
 
 ``mig``, ``migIntents``, ``adminAccess`` and ``cdiSpec`` were added under the additive rule
@@ -65,10 +65,13 @@ class MigRecord:
     gi_id: int | None = None
     ci_id: int | None = None
     mig_uuid: str | None = None
+    carved: bool = True
+    """True when this driver carved the instance and so must destroy it; False for static MIG."""
 
     def to_json(self) -> dict[str, Any]:
         """Checkpoint JSON."""
         return {
+            "carved": self.carved,
             "parentUUID": self.parent_uuid,
             "profileID": self.profile_id,
             "profile": self.profile,
@@ -91,6 +94,7 @@ class MigRecord:
             gi_id=None if raw.get("giID") is None else int(raw["giID"]),
             ci_id=None if raw.get("ciID") is None else int(raw["ciID"]),
             mig_uuid=raw.get("migUUID") or None,
+            carved=bool(raw.get("carved", True)),
         )
 
 
@@ -178,8 +182,11 @@ class ClaimEntry:
         )
 
     def mig_records(self) -> tuple[MigRecord, ...]:
-        """Every MIG instance this claim owns (completed) or may have partly made (started)."""
-        return self.mig_intents + tuple(d.mig for d in self.devices if d.mig is not None)
+        """Every MIG instance this claim carved (completed) or may have partly carved (started).
+
+        Static MIG instances, which the claim uses but did not make, are not among them.
+        """
+        return self.mig_intents + tuple(d.mig for d in self.devices if d.mig is not None and d.mig.carved)
 
 
 @dataclass(frozen=True, slots=True)

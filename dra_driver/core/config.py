@@ -1,36 +1,80 @@
-"""The opaque-config API (``GpuConfig``): strict decoding, normalization, validation, precedence.
+"""The opaque-config API (``resource.dra-gpu.dev/v1alpha1``): strict decoding, normalization, validation, precedence.
 
-One function, ``decode_gpu_config``, turns a user's JSON into a validated ``GpuConfig`` or
-raises ``ConfigError`` naming the field; the kubelet plugin (at prepare) and, later, the
-admission webhook both call it, so the two can never disagree. ``resolve_device_configs``
-applies the DRA precedence rules to a claim's allocation. Pure.
+Two kinds share one API group/version: ``GpuConfig`` (full GPUs: time-slicing or MPS) and
+``MigDeviceConfig`` (MIG devices: MPS; TimeSlicing is accepted and has no effect, because a
+MIG device's time slice cannot be set). One function, ``decode_opaque_config``, turns a
+user's JSON into a validated, normalized config of either kind or raises ``ConfigError``
+naming the field; ``decode_gpu_config`` is the same for callers that accept only
+``GpuConfig``. The admission webhook (``webhook.admission`` through ``validate_claim_configs``)
+and the kubelet plugin at prepare (``dra_driver.core.prepare`` through
+``resolve_device_configs``) both decode with it, so the two never disagree and report the same
+message after the config's path (``ConfigError.detail``). ``resolve_configs`` and
+``resolve_device_configs`` apply the DRA precedence rules to a claim's allocation.
+
+No sharing default is ever applied: no config (or one without ``sharing``) means exclusive
+use, because older GPUs break on an implicit time slice. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 API_GROUP = "resource.dra-gpu.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
 KIND_GPU_CONFIG = "GpuConfig"
+KIND_MIG_DEVICE_CONFIG = "MigDeviceConfig"
+KINDS = (KIND_GPU_CONFIG, KIND_MIG_DEVICE_CONFIG)
+
+MAX_BYTES = (1 << 63) - 1
+"""The largest memory limit a config may ask for (the API server's int64 range)."""
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class ConfigError(ValueError):
-    """A config the user wrote is invalid; ``path`` names the offending field."""
+    """A config the user wrote is invalid; ``path`` names the offending field.
 
-    def __init__(self, path: str, message: str) -> None:
+    ``base`` is the path of the config object the field is in (``...opaque.parameters``), or
+    "" when the error is about the config entry itself. ``detail`` (the field relative to
+    ``base`` and the message) is the text shared by the webhook's and the plugin's messages.
+    """
+
+    def __init__(self, path: str, message: str, *, base: str = "") -> None:
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+        self.base = base
+
+    @property
+    def field(self) -> str:
+        """The field path relative to ``base``; "" for the config object itself (or without a base)."""
+        if self.base and self.path.startswith(self.base + "."):
+            return self.path[len(self.base) + 1 :]
+        if self.base and self.path.startswith(self.base + "["):
+            return self.path[len(self.base) :]
+        return "" if self.base else self.path
+
+    @property
+    def detail(self) -> str:
+        """``sharing.strategy: unknown value 'Magic'; supported: TimeSlicing, MPS``: the field and the message."""
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+    def admission_message(self) -> str:
+        """The webhook's wording: ``object at <base> is invalid: <detail>``."""
+        if not self.base:
+            return str(self)
+        return f"object at {self.base} is invalid: {self.detail}"
 
 
 class SharingStrategy(enum.StrEnum):
-    """How one GPU is shared by the containers that reference its claim."""
+    """How one device is shared by the containers that reference its claim."""
 
     TIME_SLICING = "TimeSlicing"
+    MPS = "MPS"
 
 
 class TimeSliceInterval(enum.StrEnum):
@@ -50,16 +94,42 @@ class TimeSlicingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class MpsConfig:
+    """Settings of the MPS strategy; every limit is optional (None: MPS's own default, no limit).
+
+    Memory limits are normalized to bytes. ``default_per_device_pinned_memory_limit`` holds
+    (device name, bytes) pairs sorted by name; ``pinned_memory_limit`` looks one device up.
+    """
+
+    default_active_thread_percentage: int | None = None
+    """1..100: the share of a GPU's SMs each client may use."""
+    default_pinned_device_memory_limit: int | None = None
+    """Bytes of device memory each client may pin, on every device of the claim."""
+    default_per_device_pinned_memory_limit: tuple[tuple[str, int], ...] = ()
+    """Per device name (e.g. ``gpu-0``), overriding the default for that device."""
+
+    def pinned_memory_limit(self, device: str) -> int | None:
+        """The pinned device memory limit for ``device`` in bytes: its own entry, else the default, else None."""
+        for name, limit in self.default_per_device_pinned_memory_limit:
+            if name == device:
+                return limit
+        return self.default_pinned_device_memory_limit
+
+
+@dataclass(frozen=True, slots=True)
 class Sharing:
-    """A sharing strategy with its settings."""
+    """A sharing strategy with its settings: exactly the one of ``time_slicing``/``mps`` that matches."""
 
     strategy: SharingStrategy
     time_slicing: TimeSlicingConfig | None = None
+    """Set (interval ``Default`` when not given) for TimeSlicing on a full GPU; None otherwise."""
+    mps: MpsConfig | None = None
+    """Set (``MpsConfig()`` when not given) for MPS; None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
 class GpuConfig:
-    """A normalized, validated GPU config. ``sharing is None`` means exclusive use (the default).
+    """A normalized, validated config of a full GPU. ``sharing is None`` means exclusive use (the default).
 
     No time-slicing default is ever applied implicitly: older GPUs break on it.
     """
@@ -67,19 +137,55 @@ class GpuConfig:
     sharing: Sharing | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class MigDeviceConfig:
+    """A normalized, validated config of a MIG device. ``sharing is None`` means exclusive use.
+
+    Strategy MPS applies its limits to the MIG device. Strategy TimeSlicing is accepted and has
+    no effect (``sharing.time_slicing`` stays None): a MIG device's time slice cannot be set,
+    and its processes share it by time anyway; ``timeSlicingConfig`` is therefore not a field.
+    """
+
+    sharing: Sharing | None = None
+
+
+DeviceConfig = GpuConfig | MigDeviceConfig
+"""A decoded opaque config of this driver."""
+
 DEFAULT_GPU_CONFIG = GpuConfig()
+DEFAULT_MIG_DEVICE_CONFIG = MigDeviceConfig()
+
+
+# -- decoding helpers ------------------------------------------------------------------------
 
 
 def _expect_map(value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(path, f"must be an object, got {type(value).__name__}")
+        raise ConfigError(path, f"must be an object, got {_type_name(value)}")
     return value
 
 
-def _reject_unknown(obj: Mapping[str, Any], allowed: set[str], path: str) -> None:
+_JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "boolean"),  # before int: a bool is an int in Python
+    (str, "string"),
+    (int, "integer"),
+    (float, "number"),
+    (Mapping, "object"),
+    ((list, tuple), "array"),
+)
+
+
+def _type_name(value: Any) -> str:
+    """The JSON type of a decoded value, as a user would name it."""
+    if value is None:
+        return "null"
+    return next((name for t, name in _JSON_TYPES if isinstance(value, t)), type(value).__name__)
+
+
+def _reject_unknown(obj: Mapping[str, Any], allowed: Collection[str], path: str) -> None:
     for key in obj:
         if key not in allowed:
-            raise ConfigError(f"{path}.{key}" if path else key, f"unknown field; allowed: {', '.join(sorted(allowed))}")
+            raise ConfigError(f"{path}.{key}" if path else str(key), f"unknown field; allowed: {', '.join(sorted(allowed))}")
 
 
 _E = TypeVar("_E", bound=enum.StrEnum)
@@ -87,43 +193,173 @@ _E = TypeVar("_E", bound=enum.StrEnum)
 
 def _enum_value(cls: type[_E], value: Any, path: str) -> _E:
     if not isinstance(value, str):
-        raise ConfigError(path, f"must be a string, got {type(value).__name__}")
+        raise ConfigError(path, f"must be a string, got {_type_name(value)}")
     try:
         return cls(value)
     except ValueError:
         raise ConfigError(path, f"unknown value {value!r}; supported: {', '.join(m.value for m in cls)}") from None
 
 
-def decode_gpu_config(raw: Any, path: str = "parameters") -> GpuConfig:
-    """Strictly decode, normalize and validate one ``GpuConfig`` object.
+def _int_in_range(value: Any, low: int, high: int, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(path, f"must be an integer, got {_type_name(value)}")
+    if not low <= value <= high:
+        raise ConfigError(path, f"must be between {low} and {high}, got {value}")
+    return value
 
-    Rejects a wrong ``apiVersion``/``kind``, unknown fields, wrong types and unknown enum
-    values, each with the field path. A TimeSlicing strategy without ``timeSlicingConfig``
-    normalizes to interval ``Default``.
+
+def parse_byte_quantity(value: Any, path: str) -> int:
+    """A Kubernetes quantity of memory as a positive whole number of bytes; ConfigError naming ``path`` otherwise.
+
+    Accepts the API's forms (``"40Gi"``, ``"1.5Gi"``, ``"500M"``, ``"1e9"``, ``"+2Ki"``, and a
+    JSON integer); rejects fractions of a byte (``"100m"``, ``"1.5"``), zero, negative values
+    and values beyond int64.
     """
+    # The CEL package's parser mirrors apimachinery's; imported here so that decoding configs
+    # without quantities never loads the CEL environment.
+    from dra_driver.core.cel.quantity import QuantityError, parse_quantity
+
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ConfigError(path, f"must be a quantity such as '4Gi', got {_type_name(value)}")
+    text = str(value)
+    try:
+        exact = parse_quantity(text).fraction()
+    except QuantityError as err:
+        raise ConfigError(path, f"{text!r} is not a quantity: {err}") from None
+    if exact <= 0:
+        raise ConfigError(path, f"must be greater than zero, got {text!r}")
+    if exact.denominator != 1:
+        raise ConfigError(path, f"{text!r} is not a whole number of bytes")
+    if exact > MAX_BYTES:
+        raise ConfigError(path, f"{text!r} is too large (at most {MAX_BYTES} bytes)")
+    return int(exact)
+
+
+def _decode_mps(raw: Any, path: str) -> MpsConfig:
     obj = _expect_map(raw, path)
-    _reject_unknown(obj, {"apiVersion", "kind", "sharing"}, path)
+    fields = ("defaultActiveThreadPercentage", "defaultPinnedDeviceMemoryLimit", "defaultPerDevicePinnedMemoryLimit")
+    _reject_unknown(obj, fields, path)
+    threads = obj.get("defaultActiveThreadPercentage")
+    if threads is not None:
+        threads = _int_in_range(threads, 1, 100, f"{path}.defaultActiveThreadPercentage")
+    pinned = obj.get("defaultPinnedDeviceMemoryLimit")
+    if pinned is not None:
+        pinned = parse_byte_quantity(pinned, f"{path}.defaultPinnedDeviceMemoryLimit")
+    per_device: list[tuple[str, int]] = []
+    per_raw = obj.get("defaultPerDevicePinnedMemoryLimit")
+    if per_raw is not None:
+        ppath = f"{path}.defaultPerDevicePinnedMemoryLimit"
+        for device, limit in _expect_map(per_raw, ppath).items():
+            if not isinstance(device, str) or not _DNS_LABEL.match(device):
+                raise ConfigError(f"{ppath}[{device}]", "keys must be device names (lower-case DNS labels such as gpu-0)")
+            per_device.append((device, parse_byte_quantity(limit, f"{ppath}[{device}]")))
+    return MpsConfig(threads, pinned, tuple(sorted(per_device)))
+
+
+def _decode_sharing(raw: Any, path: str, *, mig: bool) -> Sharing:
+    sharing = _expect_map(raw, path)
+    allowed = ("strategy", "mpsConfig") if mig else ("strategy", "timeSlicingConfig", "mpsConfig")
+    _reject_unknown(sharing, allowed, path)
+    if sharing.get("strategy") is None:
+        raise ConfigError(f"{path}.strategy", "required")
+    strategy = _enum_value(SharingStrategy, sharing["strategy"], f"{path}.strategy")
+    ts_raw, mps_raw = sharing.get("timeSlicingConfig"), sharing.get("mpsConfig")
+    if strategy is SharingStrategy.TIME_SLICING:
+        if mps_raw is not None:
+            raise ConfigError(f"{path}.mpsConfig", "must not be set with strategy TimeSlicing")
+        if mig:  # accepted, no effect: a MIG device's time slice cannot be set
+            return Sharing(strategy)
+        ts = TimeSlicingConfig()
+        if ts_raw is not None:
+            tpath = f"{path}.timeSlicingConfig"
+            ts_map = _expect_map(ts_raw, tpath)
+            _reject_unknown(ts_map, ("interval",), tpath)
+            if ts_map.get("interval") is not None:
+                ts = TimeSlicingConfig(_enum_value(TimeSliceInterval, ts_map["interval"], f"{tpath}.interval"))
+        return Sharing(strategy, time_slicing=ts)
+    if ts_raw is not None:
+        raise ConfigError(f"{path}.timeSlicingConfig", "must not be set with strategy MPS")
+    mps = MpsConfig() if mps_raw is None else _decode_mps(mps_raw, f"{path}.mpsConfig")
+    return Sharing(strategy, mps=mps)
+
+
+def _decode(raw: Any, path: str) -> DeviceConfig:
+    obj = _expect_map(raw, path)
+    _reject_unknown(obj, ("apiVersion", "kind", "sharing"), path)  # the same top-level fields in both kinds
     if obj.get("apiVersion") != API_VERSION:
         raise ConfigError(f"{path}.apiVersion", f"must be {API_VERSION!r}, got {obj.get('apiVersion')!r}")
-    if obj.get("kind") != KIND_GPU_CONFIG:
-        raise ConfigError(f"{path}.kind", f"must be {KIND_GPU_CONFIG!r}, got {obj.get('kind')!r}")
-    if obj.get("sharing") is None:
-        return DEFAULT_GPU_CONFIG
-    spath = f"{path}.sharing"
-    sharing = _expect_map(obj["sharing"], spath)
-    _reject_unknown(sharing, {"strategy", "timeSlicingConfig"}, spath)
-    if "strategy" not in sharing:
-        raise ConfigError(f"{spath}.strategy", "required")
-    strategy = _enum_value(SharingStrategy, sharing["strategy"], f"{spath}.strategy")
-    ts_raw = sharing.get("timeSlicingConfig")
-    ts = TimeSlicingConfig()
-    if ts_raw is not None:
-        tpath = f"{spath}.timeSlicingConfig"
-        ts_map = _expect_map(ts_raw, tpath)
-        _reject_unknown(ts_map, {"interval"}, tpath)
-        if ts_map.get("interval") is not None:
-            ts = TimeSlicingConfig(_enum_value(TimeSliceInterval, ts_map["interval"], f"{tpath}.interval"))
-    return GpuConfig(Sharing(strategy=strategy, time_slicing=ts))
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise ConfigError(f"{path}.kind", f"unknown kind {kind!r}; supported: {', '.join(KINDS)}")
+    mig = kind == KIND_MIG_DEVICE_CONFIG
+    sharing = None if obj.get("sharing") is None else _decode_sharing(obj["sharing"], f"{path}.sharing", mig=mig)
+    return MigDeviceConfig(sharing) if mig else GpuConfig(sharing)
+
+
+def decode_opaque_config(raw: Any, path: str = "parameters") -> DeviceConfig:
+    """Strictly decode, normalize and validate one opaque config of this driver, of either kind.
+
+    ``raw`` is the entry's ``opaque.parameters`` as parsed JSON; ``path`` is where it sits in
+    the object (for messages). Rejects a wrong ``apiVersion``, an unknown ``kind``, unknown
+    fields, wrong types, unknown enum values, out-of-range numbers, bad quantities and
+    settings of the other strategy, each with the field path. Normalizes: a TimeSlicing
+    strategy without ``timeSlicingConfig`` (or interval) → interval ``Default``; MPS without
+    ``mpsConfig`` → ``MpsConfig()`` (no limits); quantities → bytes. No ``sharing`` → exclusive.
+    """
+    try:
+        return _decode(raw, path)
+    except ConfigError as err:
+        raise ConfigError(err.path, err.message, base=path) from None
+
+
+def decode_gpu_config(raw: Any, path: str = "parameters") -> GpuConfig:
+    """``decode_opaque_config`` for callers that accept only ``GpuConfig`` (the ``kind`` must be it)."""
+    config = decode_opaque_config(raw, path)
+    if not isinstance(config, GpuConfig):
+        raise ConfigError(f"{path}.kind", f"must be {KIND_GPU_CONFIG!r}, got {KIND_MIG_DEVICE_CONFIG!r}", base=path)
+    return config
+
+
+# -- objects at admission --------------------------------------------------------------------
+
+_SPEC_PATHS = {"ResourceClaim": ("spec",), "ResourceClaimTemplate": ("spec", "spec")}
+SUPPORTED_OBJECT_KINDS = tuple(_SPEC_PATHS)
+
+
+def validate_claim_configs(obj: Mapping[str, Any], driver: str) -> list[str]:
+    """One message per invalid opaque config of ``driver`` in a ResourceClaim or ResourceClaimTemplate.
+
+    ``obj`` is the object as JSON in resource.k8s.io v1, v1beta1 or v1beta2 (their
+    ``devices.config`` entries have the same shape). A message reads ``object at
+    spec.devices.config[0].opaque.parameters is invalid: sharing.strategy: unknown value
+    'Magic'; supported: TimeSlicing, MPS`` (``spec.spec...`` for a template); the part after
+    ``is invalid: `` is what the kubelet plugin reports at prepare after the config's path.
+    Other drivers' configs are not ours to judge. Raises ValueError for any other ``kind``.
+    """
+    kind = obj.get("kind")
+    if kind not in _SPEC_PATHS:
+        raise ValueError(f"not a ResourceClaim or ResourceClaimTemplate: kind {kind!r}")
+    spec: Any = obj
+    for key in _SPEC_PATHS[kind]:
+        spec = spec.get(key) if isinstance(spec, Mapping) else None
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    entries = devices.get("config") if isinstance(devices, Mapping) else None
+    if not isinstance(entries, list):
+        return []
+    prefix = ".".join(_SPEC_PATHS[kind])
+    messages: list[str] = []
+    for index, entry in enumerate(entries):
+        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
+            continue  # the API server checks the entry's shape; other drivers' configs are theirs
+        try:
+            decode_opaque_config(opaque.get("parameters"), f"{prefix}.devices.config[{index}].opaque.parameters")
+        except ConfigError as err:
+            messages.append(err.admission_message())
+    return messages
+
+
+# -- precedence at prepare -------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,18 +379,18 @@ class AllocationResult:
         return self.request.split("/", 1)[0]
 
 
-def resolve_device_configs(
-    driver: str, results: Sequence[AllocationResult], config_entries: Sequence[Mapping[str, Any]]
-) -> dict[str, GpuConfig]:
-    """Pick each result's config by DRA precedence; key: the result's device name.
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    rank: int
+    index: int
+    requests: frozenset[str]
+    config: DeviceConfig
+    path: str
 
-    ``config_entries`` is ``status.allocation.devices.config``. Class configs rank below claim
-    configs; within each, a later entry beats an earlier one; an entry applies to a result
-    when its ``requests`` is empty or names the result's request (``main`` or ``main/sub``).
-    Other drivers' entries are skipped; every entry of this driver is decoded (so a bad one is
-    an error even where another entry wins). Results with no applicable entry get the default.
-    """
-    decoded: list[tuple[int, int, frozenset[str], GpuConfig]] = []
+
+def _decode_entries(driver: str, config_entries: Sequence[Mapping[str, Any]]) -> list[_Entry]:
+    """Every opaque entry of ``driver``, decoded (a bad one is an error), in precedence order (lowest first)."""
+    decoded: list[_Entry] = []
     for index, entry in enumerate(config_entries):
         path = f"allocation.devices.config[{index}]"
         entry_map = _expect_map(entry, path)
@@ -164,18 +400,72 @@ def resolve_device_configs(
         opaque_map = _expect_map(opaque, f"{path}.opaque")
         if opaque_map.get("driver") != driver:
             continue
-        config = decode_gpu_config(opaque_map.get("parameters"), f"{path}.opaque.parameters")
+        config = decode_opaque_config(opaque_map.get("parameters"), f"{path}.opaque.parameters")
         rank = 0 if entry_map.get("source") == "FromClass" else 1
         requests = entry_map.get("requests") or []
         if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
             raise ConfigError(f"{path}.requests", "must be a list of request names")
-        decoded.append((rank, index, frozenset(requests), config))
-    decoded.sort(key=lambda d: (d[0], d[1]))
-    out: dict[str, GpuConfig] = {}
+        decoded.append(_Entry(rank, index, frozenset(requests), config, f"{path}.opaque.parameters"))
+    decoded.sort(key=lambda d: (d.rank, d.index))
+    return decoded
+
+
+def resolve_configs(
+    driver: str,
+    results: Sequence[AllocationResult],
+    config_entries: Sequence[Mapping[str, Any]],
+    *,
+    mig_devices: Collection[str] = frozenset(),
+) -> dict[str, DeviceConfig]:
+    """Pick each result's config by DRA precedence and device type; key: the result's device name.
+
+    ``config_entries`` is ``status.allocation.devices.config``; ``mig_devices`` names the
+    results' devices that are MIG devices. Class configs rank below claim configs; within
+    each, a later entry beats an earlier one; an entry applies to a result when its
+    ``requests`` is empty or names the result's request (``main`` or ``main/sub``) and its kind
+    fits the device (``GpuConfig`` for full GPUs, ``MigDeviceConfig`` for MIG devices). An
+    entry that names a request explicitly but whose kind does not fit that request's device is
+    an error; one with empty ``requests`` just skips such devices. Other drivers' entries are
+    skipped; every entry of this driver is decoded (so a bad one is an error even where
+    another wins). Results with no applicable entry get their kind's default (no sharing).
+    """
+    return _choose(_decode_entries(driver, config_entries), results, mig_devices)
+
+
+def _choose(
+    decoded: Sequence[_Entry], results: Sequence[AllocationResult], mig_devices: Collection[str]
+) -> dict[str, DeviceConfig]:
+    out: dict[str, DeviceConfig] = {}
     for result in results:
-        chosen = DEFAULT_GPU_CONFIG
-        for _rank, _index, requests, config in decoded:
-            if not requests or result.request in requests or result.base_request in requests:
-                chosen = config
+        mig = result.device in mig_devices
+        want: type[GpuConfig] | type[MigDeviceConfig] = MigDeviceConfig if mig else GpuConfig
+        chosen: DeviceConfig = DEFAULT_MIG_DEVICE_CONFIG if mig else DEFAULT_GPU_CONFIG
+        for e in decoded:
+            named = result.request in e.requests or result.base_request in e.requests
+            if e.requests and not named:
+                continue
+            if isinstance(e.config, want):
+                chosen = e.config
+            elif named:
+                device_kind = "a MIG device" if mig else "a full GPU"
+                raise ConfigError(
+                    f"{e.path}.kind",
+                    f"{type(e.config).__name__} does not apply to device {result.device} of request "
+                    f"{result.request!r}, which is {device_kind}; use {want.__name__}",
+                    base=e.path,
+                )
         out[result.device] = chosen
     return out
+
+
+def resolve_device_configs(
+    driver: str, results: Sequence[AllocationResult], config_entries: Sequence[Mapping[str, Any]]
+) -> dict[str, GpuConfig]:
+    """``GpuConfig`` per result's device by DRA precedence, for callers that treat every device as a full GPU.
+
+    As ``resolve_configs`` without MIG devices, except that ``MigDeviceConfig`` entries are
+    validated (a bad one is still an error) but never apply. Callers that know which devices
+    are MIG devices should call ``resolve_configs`` with ``mig_devices``.
+    """
+    decoded = [e for e in _decode_entries(driver, config_entries) if isinstance(e.config, GpuConfig)]
+    return {device: c for device, c in _choose(decoded, results, ()).items() if isinstance(c, GpuConfig)}

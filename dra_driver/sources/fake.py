@@ -44,6 +44,7 @@ class FakeProfile:
 
 H100_80GB = GpuModel("NVIDIA H100 80GB HBM3", "Nvidia", "Hopper", "9.0", 81559, True)
 A100_40GB = GpuModel("NVIDIA A100-SXM4-40GB", "Nvidia", "Ampere", "8.0", 40960, True)
+A100_80GB = GpuModel("NVIDIA A100-SXM4-80GB", "Nvidia", "Ampere", "8.0", 81920, True)
 H200_141GB = GpuModel("NVIDIA H200", "Nvidia", "Hopper", "9.0", 143771, True)
 B200 = GpuModel("NVIDIA B200", "Nvidia", "Blackwell", "10.0", 183359, True)
 L4 = GpuModel("NVIDIA L4", "Nvidia", "Ada Lovelace", "8.9", 23034, False)
@@ -53,6 +54,7 @@ PROFILES: dict[str, FakeProfile] = {
     for p in (
         FakeProfile("h100x8", H100_80GB, _DGX_BUSES),
         FakeProfile("a100x8", A100_40GB, _DGX_BUSES),
+        FakeProfile("a100-80x8", A100_80GB, _DGX_BUSES),
         FakeProfile("h200x8", H200_141GB, _DGX_BUSES),
         FakeProfile("b200x8", B200, _DGX_BUSES),
         FakeProfile("l4x4", L4, _L4_BUSES),

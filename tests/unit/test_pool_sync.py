@@ -129,7 +129,7 @@ def test_deleted_slice_is_recreated_with_new_generation() -> None:
     """A slice wiped by the kubelet comes back; the surviving slice is rewritten with it."""
     desired = split_pool(devs(200))
     existing = published(desired)
-    survivors = [o for o in existing if not o["metadata"]["name"].endswith("-0")]
+    survivors = [o for o in existing if not o["metadata"]["name"].endswith("-000")]
     p = plan(survivors, desired)
     assert [f"{NODE}-{DRIVER}-000"] == [o["metadata"]["name"] for o in p.create]
     assert [f"{NODE}-{DRIVER}-001"] == [o["metadata"]["name"] for o in p.update]

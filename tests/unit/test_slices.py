@@ -58,7 +58,7 @@ def test_slice_objects_carry_exact_pool_bookkeeping() -> None:
     for i, o in enumerate(objs):
         assert {"name": "n1", "generation": 7, "resourceSliceCount": 3} == o["spec"]["pool"]
         assert "n1" == o["spec"]["nodeName"]
-        assert f"n1-gpu.dra-gpu.dev-{i}" == o["metadata"]["name"]
+        assert f"n1-gpu.dra-gpu.dev-{i:03d}" == o["metadata"]["name"]
         assert [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-1", "controller": True}] == o["metadata"][
             "ownerReferences"
         ]

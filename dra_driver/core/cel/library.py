@@ -1,5 +1,7 @@
-"""The function library of the DRA CEL environment: standard functions, Kubernetes quantity and
-semver libraries, the strings, lists and sets extensions, regex helpers and optionals.
+"""The function library of the DRA CEL environment.
+
+Standard functions, Kubernetes quantity and semver libraries, the strings, lists and sets
+extensions, regex helpers and optionals.
 
 Called by the compiler (``compiler.py``), which type-checks calls against these overloads at
 compile time and dispatches on runtime types. Each overload names its parameter types with CEL
@@ -84,13 +86,13 @@ def _go_int(v: int) -> int:
 def _to_int(v: Any) -> int:
     t = type(v)
     if t is int:
-        return v
+        return int(v)
     if t is Uint:
         if v > INT64_MAX:
             raise EvalError("integer overflow")
         return int(v)
     if t is float:
-        if v != v or v >= 9.223372036854775807e18 or v <= -9.223372036854775808e18:
+        if math.isnan(v) or v >= 9.223372036854775807e18 or v <= -9.223372036854775808e18:
             raise EvalError("integer overflow")
         return int(v)
     if t is str:
@@ -104,13 +106,13 @@ def _to_int(v: Any) -> int:
 def _to_uint(v: Any) -> Uint:
     t = type(v)
     if t is Uint:
-        return v
+        return Uint(v)
     if t is int:
         if v < 0:
             raise EvalError("unsigned integer overflow")
         return Uint(v)
     if t is float:
-        if v != v or v < 0 or v >= 1.8446744073709552e19:
+        if math.isnan(v) or v < 0 or v >= 1.8446744073709552e19:
             raise EvalError("unsigned integer overflow")
         return Uint(int(v))
     if t is str:
@@ -138,7 +140,7 @@ def _to_double(v: Any) -> float:
 def _to_string(v: Any) -> str:
     t = type(v)
     if t is str:
-        return v
+        return str(v)
     if t is bool:
         return "true" if v else "false"
     if t is int or t is Uint:
@@ -147,14 +149,14 @@ def _to_string(v: Any) -> str:
         return _format_double(v)
     if t is bytes:
         try:
-            return v.decode("utf-8")
+            return str(v.decode("utf-8"))
         except UnicodeDecodeError:
             raise EvalError("invalid UTF-8 in bytes, cannot convert to string") from None
     raise EvalError("no such overload")
 
 
 def _format_double(v: float) -> str:
-    if v != v:
+    if math.isnan(v):
         return "NaN"
     if math.isinf(v):
         return "+Inf" if v > 0 else "-Inf"
@@ -246,7 +248,9 @@ def _substring(s: str, start: int, end: int | None = None) -> str:
     return s[start:e]
 
 
-_TRIM = " \t\n\v\f\r\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+_TRIM = (
+    " \t\n\v\f\r\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 def _trim(s: str) -> str:
@@ -464,9 +468,16 @@ T, F = True, False
 LS = ("list", "string")
 FUNCTIONS: dict[str, tuple[Overload, ...]] = {
     # standard
-    "size": (_o(F, ("string",), "int", _size), _o(F, ("bytes",), "int", _size), _o(F, ("list",), "int", _size),
-             _o(F, ("map",), "int", _size), _o(T, ("string",), "int", _size), _o(T, ("bytes",), "int", _size),
-             _o(T, ("list",), "int", _size), _o(T, ("map",), "int", _size)),
+    "size": (
+        _o(F, ("string",), "int", _size),
+        _o(F, ("bytes",), "int", _size),
+        _o(F, ("list",), "int", _size),
+        _o(F, ("map",), "int", _size),
+        _o(T, ("string",), "int", _size),
+        _o(T, ("bytes",), "int", _size),
+        _o(T, ("list",), "int", _size),
+        _o(T, ("map",), "int", _size),
+    ),
     "contains": (_o(T, ("string", "string"), "bool", lambda s, x: x in s),),
     "startsWith": (_o(T, ("string", "string"), "bool", lambda s, x: s.startswith(x)),),
     "endsWith": (_o(T, ("string", "string"), "bool", lambda s, x: s.endswith(x)),),
@@ -492,20 +503,31 @@ FUNCTIONS: dict[str, tuple[Overload, ...]] = {
     "sub": (_o(T, (Q, Q), Q, lambda a, b: a.sub(b)), _o(T, (Q, "int"), Q, lambda a, b: a.sub(from_int(b, a.format)))),
     # Kubernetes semver library (v1, with normalisation)
     "semver": (_o(F, ("string",), S, _semver), _o(F, ("string", "bool"), S, _semver)),
-    "isSemver": (_o(F, ("string",), "bool", is_semver), _o(F, ("string", "bool"), "bool", lambda s, n: is_semver(s, normalize=n))),
+    "isSemver": (
+        _o(F, ("string",), "bool", is_semver),
+        _o(F, ("string", "bool"), "bool", lambda s, n: is_semver(s, normalize=n)),
+    ),
     "major": (_o(T, (S,), "int", lambda v: _go_int(v.major)),),
     "minor": (_o(T, (S,), "int", lambda v: _go_int(v.minor)),),
     "patch": (_o(T, (S,), "int", lambda v: _go_int(v.patch)),),
     # strings extension
     "charAt": (_o(T, ("string", "int"), "string", _char_at),),
-    "indexOf": (_o(T, ("string", "string"), "int", _index_of), _o(T, ("string", "string", "int"), "int", _index_of),
-                _o(T, ("list", "dyn"), "int", _list_index_of)),
-    "lastIndexOf": (_o(T, ("string", "string"), "int", _last_index_of),
-                    _o(T, ("string", "string", "int"), "int", _last_index_of), _o(T, ("list", "dyn"), "int", _list_last_index_of)),
+    "indexOf": (
+        _o(T, ("string", "string"), "int", _index_of),
+        _o(T, ("string", "string", "int"), "int", _index_of),
+        _o(T, ("list", "dyn"), "int", _list_index_of),
+    ),
+    "lastIndexOf": (
+        _o(T, ("string", "string"), "int", _last_index_of),
+        _o(T, ("string", "string", "int"), "int", _last_index_of),
+        _o(T, ("list", "dyn"), "int", _list_last_index_of),
+    ),
     "lowerAscii": (_o(T, ("string",), "string", _lower_ascii),),
     "upperAscii": (_o(T, ("string",), "string", _upper_ascii),),
-    "replace": (_o(T, ("string", "string", "string"), "string", _replace),
-                _o(T, ("string", "string", "string", "int"), "string", _replace)),
+    "replace": (
+        _o(T, ("string", "string", "string"), "string", _replace),
+        _o(T, ("string", "string", "string", "int"), "string", _replace),
+    ),
     "split": (_o(T, ("string", "string"), LS, _split), _o(T, ("string", "string", "int"), LS, _split)),
     "substring": (_o(T, ("string", "int"), "string", _substring), _o(T, ("string", "int", "int"), "string", _substring)),
     "trim": (_o(T, ("string",), "string", _trim),),
@@ -559,6 +581,3 @@ def dispatch(name: str, overloads: tuple[Overload, ...], args: list[Any]) -> Any
         if len(ov.params) == len(args) and all(runtime_matches(p, a) for p, a in zip(ov.params, args, strict=True)):
             return ov.impl(*args)
     raise EvalError("no such overload")
-
-
-_ = (cel_equal,)

@@ -62,14 +62,14 @@ class Quantity:
         return (self.unscaled > 0) - (self.unscaled < 0)
 
     def as_int64(self) -> int | None:
-        """apimachinery's ``AsInt64``: only the int64 form with a non-negative scale converts."""
+        """The ``AsInt64`` of apimachinery: only the int64 form with a non-negative scale converts."""
         if not self.small or self.exp < 0:
             return None
         v = self.unscaled * 10**self.exp
         return v if _INT64_MIN <= v <= _INT64_MAX else None
 
     def as_approximate_float(self) -> float:
-        """apimachinery's ``AsApproximateFloat64``: float(unscaled) times a power of ten."""
+        """The ``AsApproximateFloat64`` of apimachinery: float(unscaled) times a power of ten."""
         try:
             base = float(self.unscaled)
         except OverflowError:
@@ -121,7 +121,7 @@ def _fits(v: int) -> bool:
     return _INT64_MIN <= v <= _INT64_MAX
 
 
-def _small_add(av: int, ascale: int, bv: int, bscale: int) -> tuple[int, int] | None:
+def _small_add(av: int, ascale: int, bv: int, bscale: int) -> tuple[int, int] | None:  # noqa: PLR0911
     if bv == 0:
         return av, ascale
     if av == 0:
@@ -151,8 +151,8 @@ def from_int(value: int, fmt: str = "DecimalSI") -> Quantity:
     return Quantity(value, 0, small=True, fmt=fmt)
 
 
-def _split(s: str) -> tuple[bool, str, str, str, str]:
-    """apimachinery's ``parseQuantityString``: (positive, value, num, denom, suffix)."""
+def _split(s: str) -> tuple[bool, str, str, str, str]:  # noqa: PLR0912
+    """The ``parseQuantityString`` of apimachinery: (positive, value, num, denom, suffix)."""
     positive = True
     pos, end = 0, len(s)
     if pos < end and s[0] in "+-":
@@ -226,7 +226,7 @@ def _dec_from_string(value: str) -> tuple[int, int]:
     return sign * int(digits), -len(frac)
 
 
-def parse_quantity(s: str) -> Quantity:
+def parse_quantity(s: str) -> Quantity:  # noqa: PLR0912
     """``resource.ParseQuantity``; raises :class:`QuantityError` with apimachinery's message."""
     if not s:
         raise QuantityError(ERR_FORMAT)

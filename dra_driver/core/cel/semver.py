@@ -88,7 +88,7 @@ def _number(part: str, what: str) -> int:
     return v
 
 
-def parse_semver(s: str) -> Semver:
+def parse_semver(s: str) -> Semver:  # noqa: PLR0912
     """Strict parse (``semver.Parse``)."""
     if not s:
         raise SemverError("Version string empty")
@@ -136,12 +136,12 @@ def normalize_and_parse(s: str) -> Semver:
     if s.startswith("v"):
         s = s[1:]
     parts = s.split(".", 2)
-    for i, p in enumerate(parts):
-        if len(p) > 1:
-            p = p.lstrip("0")
-            if not p or p[0] not in "0123456789":
-                p = "0" + p
-            parts[i] = p
+    for i, part in enumerate(parts):
+        if len(part) > 1:
+            trimmed = part.lstrip("0")
+            if not trimmed or trimmed[0] not in "0123456789":
+                trimmed = "0" + trimmed
+            parts[i] = trimmed
     if len(parts) < 3:
         if any(c in parts[-1] for c in "+-"):
             raise SemverError("short version cannot contain PreRelease/Build meta data")

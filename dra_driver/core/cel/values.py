@@ -8,6 +8,7 @@ plain Python objects: ``bool``, ``int`` (CEL int), :class:`Uint`, ``float`` (dou
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dra_driver.core.cel.quantity import Quantity
@@ -71,7 +72,7 @@ class DomainMap(dict[str, Any]):
         return {}
 
 
-def type_name(v: Any) -> str:
+def type_name(v: Any) -> str:  # noqa: PLR0911, PLR0912
     """The CEL type name of a runtime value."""
     t = type(v)
     if t is bool:
@@ -112,7 +113,7 @@ def is_numeric(v: Any) -> bool:
     return t is int or t is Uint or t is float
 
 
-def cel_equal(a: Any, b: Any) -> bool:
+def cel_equal(a: Any, b: Any) -> bool:  # noqa: PLR0911, PLR0912
     """``a == b`` with cel-go's heterogeneous equality; raises :class:`EvalError` where cel-go errs.
 
     Dispatch is on the left operand as in cel-go: a Quantity or Semver on the left compared with
@@ -158,7 +159,7 @@ def cel_equal(a: Any, b: Any) -> bool:
         if type(b) is not Optional:
             return False
         if not a.has or not b.has:
-            return a.has == b.has
+            return bool(a.has == b.has)
         return cel_equal(a.value, b.value)
     if ta is CelType:
         return type(b) is CelType and a == b
@@ -168,7 +169,7 @@ def cel_equal(a: Any, b: Any) -> bool:
 def _num_cmp(a: Any, b: Any) -> int:
     if type(a) is float or type(b) is float:
         fa, fb = float(a), float(b)
-        if fa != fa or fb != fb:
+        if math.isnan(fa) or math.isnan(fb):
             return 2  # NaN: neither equal nor ordered
         return (fa > fb) - (fa < fb)
     ia, ib = int(a), int(b)
@@ -181,11 +182,11 @@ def cel_compare(a: Any, b: Any) -> int:
         return _num_cmp(a, b)
     ta = type(a)
     if ta is type(b) and ta in (str, bytes, bool):
-        return (a > b) - (a < b)
+        return int((a > b) - (a < b))
     raise EvalError("no such overload")
 
 
-def map_lookup(m: dict[Any, Any], key: Any) -> tuple[bool, Any]:
+def map_lookup(m: dict[Any, Any], key: Any) -> tuple[bool, Any]:  # noqa: PLR0911
     """Find ``key`` in a CEL map, with numeric keys equal across int/uint/double."""
     if type(key) is bool:
         for k, v in m.items():

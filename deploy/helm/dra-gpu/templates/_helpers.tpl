@@ -88,9 +88,13 @@ left to the caller: the plugin takes it from the downward API, the controller fr
   value: {{ .Values.driverName | quote }}
 - name: LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
+- name: MIG_STRATEGY
+  value: {{ .Values.mig.strategy | quote }}
 {{- with .Values.gpus.fake.profile }}
 - name: FAKE_GPUS
   value: {{ . | quote }}
+- name: FAKE_MIG_LATENCY
+  value: {{ $.Values.gpus.fake.migLatency | quote }}
 {{- end }}
 {{- if include "dra-gpu.nvml" . }}
 # pynvml dlopens "libnvidia-ml.so.1"; the start script links the driver's copy here.

@@ -1,0 +1,168 @@
+"""The scheduler's DRA CEL environment: compile a device selector once, evaluate it per device.
+
+Called by the allocation simulator (``dra_driver.core.allocator``) and ``dra-gpu explain``. The
+single variable is ``device`` with ``driver``, ``attributes`` (domain -> id -> value; names
+without a domain are filed under the driver's), ``capacity`` (quantities) and
+``allowMultipleAllocations``. Errors are :class:`CelCompileError` or :class:`CelRuntimeError`,
+both :class:`CelError`, with the scheduler's wording after its prefix (``CEL compile error:`` /
+``CEL runtime error:``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver.core.cel.compiler import COST_LIMIT, CompileError, Plan, RuntimeBudget, compile_expression, fmt_type
+from dra_driver.core.cel.quantity import QuantityError, parse_quantity
+from dra_driver.core.cel.semver import SemverError, parse_semver
+from dra_driver.core.cel.values import DomainMap, EvalError, type_name
+
+MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength
+MAX_COST = COST_LIMIT  # resourceapi.CELSelectorExpressionMaxCost, estimated (validation) and actual (scheduling)
+
+
+class CelError(Exception):
+    """A selector failed; ``kind`` is ``compile`` or ``runtime``; ``str()`` is the scheduler's text."""
+
+    kind = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class CelCompileError(CelError):
+    """The expression does not compile (syntax, types, result not bool)."""
+
+    kind = "compile"
+
+
+class CelRuntimeError(CelError):
+    """Evaluating against one device failed (missing attribute, no such overload, overflow, cost)."""
+
+    kind = "runtime"
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSelector:
+    """One compiled selector expression; evaluate with :meth:`matches`."""
+
+    expression: str
+    result_type: str
+    estimated_cost: float
+    plan: Plan
+
+    def matches(self, device: Mapping[str, Any], *, driver: str, cost_limit: int = MAX_COST) -> bool:
+        """Evaluate against one ResourceSlice device (API JSON). Raises :class:`CelRuntimeError`."""
+        return self.matches_value(device_value(device, driver=driver), cost_limit=cost_limit)
+
+    def matches_value(self, value: dict[str, Any], *, cost_limit: int = MAX_COST) -> bool:
+        """Evaluate against a prepared ``device`` value (see :func:`device_value`)."""
+        budget = RuntimeBudget(cost_limit)
+        try:
+            result = self.plan({"device": value, "@budget": budget})
+        except EvalError as err:
+            raise CelRuntimeError(str(err)) from None
+        except RecursionError:
+            raise CelRuntimeError("max recursion depth exceeded") from None
+        if type(result) is not bool:
+            t = type_name(result)
+            raise CelRuntimeError(
+                f"CEL result of type {t} could not be converted to bool: type conversion error from '{t}' to 'bool'"
+            )
+        return result
+
+
+_cache: dict[str, CompiledSelector | CelCompileError] = {}
+_cache_lock = threading.Lock()
+
+
+def compile_selector(expression: str) -> CompiledSelector:
+    """Compile once per distinct expression (cached, errors too). Raises :class:`CelCompileError`.
+
+    Like the scheduler's cache, this skips the length and estimated-cost limits, which only the
+    API server's validation applies; use :func:`validate_selector` for those.
+    """
+    with _cache_lock:
+        hit = _cache.get(expression)
+    if hit is None:
+        try:
+            rtype, plan, cost = compile_expression(expression)
+            if rtype not in ("bool", "any"):
+                raise CompileError(f"must evaluate to bool or the unknown type, not {fmt_type(rtype)}")  # noqa: TRY301
+            hit = CompiledSelector(expression, fmt_type(rtype), cost, plan)
+        except CompileError as err:
+            msg = str(err)
+            prefix = "" if msg.startswith("must evaluate") else "compilation failed: "
+            hit = CelCompileError(prefix + msg)
+        with _cache_lock:
+            _cache[expression] = hit
+    if isinstance(hit, CelCompileError):
+        raise hit
+    return hit
+
+
+def validate_selector(expression: str) -> list[str]:
+    """The API server's checks of a selector: length, compilation, estimated cost (empty list if valid)."""
+    if len(expression.encode("utf-8")) > MAX_EXPRESSION_LENGTH:
+        return [f"Too long: may not be more than {MAX_EXPRESSION_LENGTH} bytes"]
+    try:
+        sel = compile_selector(expression)
+    except CelCompileError as err:
+        return [err.message]
+    if sel.estimated_cost > MAX_COST:
+        return [
+            f"estimated cost {int(sel.estimated_cost)} exceeds budget by factor of more than 100x"
+            if sel.estimated_cost > 100 * MAX_COST
+            else f"cost estimate {int(sel.estimated_cost)} exceeded budget {MAX_COST}: "
+            "too complex, try simplifying the expression"
+        ]
+    return []
+
+
+def split_qualified_name(name: str, driver: str) -> tuple[str, str]:
+    """``domain/id`` -> (domain, id); a bare id belongs to the driver's domain."""
+    if "/" in name:
+        domain, ident = name.split("/", 1)
+        return domain, ident
+    return driver, name
+
+
+def _attribute_value(name: str, attr: Mapping[str, Any]) -> Any:
+    if "int" in attr:
+        return int(attr["int"])
+    if "bool" in attr:
+        return bool(attr["bool"])
+    if "string" in attr:
+        return str(attr["string"])
+    if "version" in attr:
+        try:
+            return parse_semver(str(attr["version"]))
+        except SemverError as err:
+            raise CelRuntimeError(f"attribute {name}: parse semantic version: {err}") from None
+    raise CelRuntimeError(f"attribute {name}: unsupported attribute value")
+
+
+def device_value(device: Mapping[str, Any], *, driver: str) -> dict[str, Any]:
+    """The CEL ``device`` value for one API device. Raises :class:`CelRuntimeError` on bad attributes."""
+    attributes: DomainMap = DomainMap()
+    for name, attr in (device.get("attributes") or {}).items():
+        domain, ident = split_qualified_name(name, driver)
+        attributes.setdefault(domain, {})[ident] = _attribute_value(name, attr)
+    capacity: DomainMap = DomainMap()
+    for name, cap in (device.get("capacity") or {}).items():
+        domain, ident = split_qualified_name(name, driver)
+        try:
+            q = parse_quantity(str(cap.get("value", "")))
+        except QuantityError as err:
+            raise CelRuntimeError(f"capacity {name}: {err}") from None
+        capacity.setdefault(domain, {})[ident] = q
+    return {
+        "driver": driver,
+        "allowMultipleAllocations": bool(device.get("allowMultipleAllocations", False)),
+        "attributes": attributes,
+        "capacity": capacity,
+    }
