@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kubelet
 # from the Go modules pinned in e2e/go.mod (release in e2e/K8S_VERSION), and our
-# fake CRI runtime (e2e/cmd/fakecri), into
+# fake CRI runtime (e2e/cmd/fakecri) and the DRA differential oracle (e2e/cmd/celdiff), into
 #   ${DRA_GPU_CACHE:-$HOME/.cache/dra-gpu}/k8s-<version>/bin/
 # Upstream binaries already there are kept, so reruns are cheap; ours are rebuilt
 # when a file under e2e/cmd/<name>/ or go.mod/go.sum is newer.  Usage:
@@ -36,10 +36,11 @@ declare -A pkg=(
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
   [kubelet]=k8s.io/kubernetes/cmd/kubelet
   [fakecri]=./cmd/fakecri
+  [celdiff]=./cmd/celdiff
 )
 # etcd and the apiserver first: every test needs them, the rest only some.
 names=("$@")
-(( ${#names[@]} )) || names=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet fakecri)
+(( ${#names[@]} )) || names=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet fakecri celdiff)
 
 # Our own programs change with the repo: stale if any of their inputs is newer.
 stale() {

@@ -1,11 +1,18 @@
 """``make demo``: a local cluster, fake GPUs, real scheduling and the kubelet's own DRA code.
 
 Starts etcd, kube-apiserver, kube-scheduler and kube-controller-manager built from source,
-two real kubelets (fake container runtime) as node-a (8x H100) and node-b (4x L4), a dra-gpu
-plugin per node (as local processes: nothing here runs containers), installs the Helm chart's
-cluster objects, applies every manifest in demo/, and prints pods → claims → devices → the CDI
-ids the kubelet handed to the runtime. Then it deletes the pods (the kubelet unprepares) and
-shuts everything down.
+two real kubelets (fake container runtime) as node-a (8x H100, dynamic MIG) and node-b (4x L4),
+a dra-gpu plugin per node (as local processes: nothing here runs containers), installs the Helm
+chart's cluster objects, applies the manifests in demo/, and prints pods → claims → devices → the
+CDI ids the kubelet handed to the runtime. Then it deletes the pods (the kubelet unprepares).
+
+Second part, dynamic MIG: node-a's plugin runs ``--mig dynamic`` (the MIG simulator with
+realistic latencies), so each of its GPUs publishes the full GPU and every MIG placement. The
+``demo/mig-*.yaml`` manifests are applied one after the other (each waits for its allocation,
+so the first-fit placements are the same on every run), and the table shows pod → claim →
+allocated MIG device → the instance the plugin carved at NodePrepareResources (profile@start,
+MIG device UUID, read from the simulator's state). Deleting the pods destroys the instances and
+turns MIG mode off again. Then everything shuts down.
 """
 
 from __future__ import annotations
@@ -13,10 +20,15 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from dra_driver.core.cdi import cdi_device_id
+from dra_driver.core.mig import MigInstance, profile_slug
+from dra_driver.sources.fake import FakeGpuSource
+from dra_driver.sources.migsim import load_instances, load_modes
 from e2e.cluster import LocalCluster
 from e2e.helm_cli import Helm
 from e2e.manifests import apply_file, load
@@ -25,7 +37,10 @@ from e2e.plugin_process import PluginProcess
 
 DEMO = Path(__file__).resolve().parents[1] / "demo"
 NS = "dra-demo"
-NODES = (("node-a", "h100x8"), ("node-b", "l4x4"))
+DRIVER = "gpu.dra-gpu.dev"
+MIG_NODE = "node-a"
+MIG_ARGS = ("--mig", "dynamic", "--fake-mig-latency", "realistic")
+NODES = (("node-a", "h100x8", MIG_ARGS), ("node-b", "l4x4", ()))
 EXPECT_PENDING = {"unsatisfiable", "missing-attribute"}
 
 
@@ -46,15 +61,21 @@ def settled(p: dict[str, Any]) -> bool:
     )
 
 
-def claim_of(c: LocalCluster, p: dict[str, Any]) -> tuple[str, list[str]]:
+def claim_results(c: LocalCluster, p: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """The pod's (first) claim name and its allocation results ([] while unallocated)."""
     statuses = p["status"].get("resourceClaimStatuses") or []
     name = statuses[0].get("resourceClaimName") if statuses else p["spec"]["resourceClaims"][0].get("resourceClaimName")
     if not name:
         return "-", []
     claim = c.api("GET", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/{name}")
     alloc = (claim.get("status") or {}).get("allocation")
-    devices = [f"{r['pool']}/{r['device']}" for r in alloc["devices"]["results"]] if alloc else []
-    return name, devices
+    results: list[dict[str, Any]] = alloc["devices"]["results"] if alloc else []
+    return str(name), results
+
+
+def claim_of(c: LocalCluster, p: dict[str, Any]) -> tuple[str, list[str]]:
+    name, results = claim_results(c, p)
+    return name, [f"{r['pool']}/{r['device']}" for r in results]
 
 
 def specs_left(plugins: list[PluginProcess]) -> int:
@@ -73,8 +94,9 @@ def run(workdir: Path) -> int:
         c = stack.enter_context(LocalCluster(with_scheduler=True, with_controller_manager=True, log_dir=workdir / "logs"))
         nodes: dict[str, KubeletNode] = {}
         plugins: list[PluginProcess] = []
-        for name, profile in NODES:
-            say(f"== starting kubelet {name} (fake container runtime) and the dra-gpu plugin with fake {profile}")
+        for name, profile, extra in NODES:
+            flags = f" {' '.join(extra)}" if extra else ""
+            say(f"== starting kubelet {name} (fake container runtime) and the dra-gpu plugin with fake {profile}{flags}")
             node = stack.enter_context(KubeletNode(c, name, workdir / name))
             nodes[name] = node
             plugin = PluginProcess(
@@ -85,6 +107,7 @@ def run(workdir: Path) -> int:
                 publish=True,
                 registrar_dir=node.registrar_dir,
                 plugins_dir=node.plugins_dir,
+                extra_args=extra,
             )
             plugin.start()
             stack.callback(plugin.stop)
@@ -94,7 +117,7 @@ def run(workdir: Path) -> int:
         apply_file(c, DEMO / "namespace.yaml")
         names = []
         for f in sorted(DEMO.glob("*.yaml")):
-            if f.name == "namespace.yaml":
+            if f.name == "namespace.yaml" or f.name.startswith("mig-"):
                 continue
             say(f"   kubectl apply -f demo/{f.name}")
             apply_file(c, f)
@@ -137,9 +160,104 @@ def run(workdir: Path) -> int:
             left = specs_left(plugins)
         say(f"   claim CDI specs left after unprepare: {left}")
         ok = ok and left == 0
+        ok = run_mig(c, nodes[MIG_NODE], plugins[0]) and ok
         say("== shutting down")
     say("demo ok" if ok else "demo FAILED: a pod is not where it should be (see the table)")
     return 0 if ok else 1
+
+
+def wait_for(cond: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.25)
+    return True
+
+
+def carved(plugin: PluginProcess) -> dict[str, MigInstance]:
+    """The simulator's instances on the plugin's node under their device names (gpu-<minor>-mig-<slug>-<start>)."""
+    if not plugin.sim_state.exists():
+        return {}
+    minor = {g.uuid: g.minor for g in FakeGpuSource(plugin.profile, plugin.node).gpus()}
+    return {
+        f"gpu-{minor[uuid]}-mig-{profile_slug(i.profile_name)}-{i.placement.start}": i
+        for uuid, insts in load_instances(plugin.sim_state).items()
+        for i in insts
+    }
+
+
+def mig_mode_on(plugin: PluginProcess) -> int:
+    """How many of the plugin's GPUs have MIG mode on."""
+    return sum(m.current for m in load_modes(plugin.sim_state).values()) if plugin.sim_state.exists() else 0
+
+
+def allocated_yet(c: LocalCluster, pod: str) -> bool:
+    return bool(claim_results(c, c.api("GET", f"/api/v1/namespaces/{NS}/pods/{pod}"))[1])
+
+
+def run_mig(c: LocalCluster, node: KubeletNode, plugin: PluginProcess) -> bool:
+    """The dynamic MIG part: the demo/mig-*.yaml pods on node-a, what was allocated and what was carved."""
+    say("")
+    say(f"== dynamic MIG on {node.name}: every GPU publishes the full GPU and each MIG placement (shared counters)")
+    names: list[str] = []
+    started = time.monotonic()
+    for f in sorted(DEMO.glob("mig-*.yaml")):
+        say(f"   kubectl apply -f demo/{f.name}")
+        apply_file(c, f)
+        for pname in [d["metadata"]["name"] for d in load(f) if d["kind"] == "Pod"]:
+            names.append(pname)
+            # One at a time, so the first-fit placements do not depend on the scheduler's queue order.
+            wait_for(lambda: allocated_yet(c, names[-1]), 60)
+
+    def running() -> bool:
+        return all(p["status"].get("phase") == "Running" for p in pods(c) if p["metadata"]["name"] in names)
+
+    ok = wait_for(running, 120)
+    say(f"   all MIG pods Running {time.monotonic() - started:.1f}s after the first apply (carving included)")
+    instances = carved(plugin)
+    runtime: dict[str, set[str]] = {}
+    for rec in node.cdi_records():
+        runtime.setdefault(rec["pod_name"], set()).update(rec.get("cdi_devices") or [])
+    cdi_ok = True
+    rows = [["POD", "CLAIM", "REQUEST", "ALLOCATED DEVICE", "CARVED AT PREPARE (profile@start)", "MIG DEVICE UUID"]]
+    allocated: set[str] = set()
+    for p in sorted(pods(c), key=lambda p: str(p["metadata"]["name"])):
+        pname = p["metadata"]["name"]
+        claim, results = claim_results(c, p)
+        ok = ok and p["status"].get("phase") == "Running" and bool(results)
+        if results:
+            uid = c.api("GET", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/{claim}")["metadata"]["uid"]
+            cdi_ok = cdi_ok and runtime.get(pname) == {cdi_device_id(DRIVER, uid, r["device"]) for r in results}
+        for r in results:
+            device = r["device"]
+            inst = instances.get(device)
+            if inst is not None:
+                allocated.add(device)
+                what, uuid = f"{inst.profile_name}@{inst.placement.start}", inst.uuid or "-"
+            else:
+                what, uuid = "- (a full GPU: nothing to carve)", "-"
+            rows.append([pname, claim, r["request"], f"{r['pool']}/{device}", what, uuid])
+    say("")
+    say(table(rows))
+    say("")
+    mig_results = {r[3].split("/", 1)[1] for r in rows[1:] if "-mig-" in r[3]}
+    match = allocated == mig_results == set(instances)
+    ok = ok and match
+    verdict = "exactly the allocated MIG devices" if match else f"MISMATCH: allocated {sorted(mig_results)}"
+    say(f"   MIG instances on the simulated GPUs: {len(instances)}, {verdict}")
+    say(f"   the runtime got each claim's CDI ids (k8s.{DRIVER}/claim=<claim uid>-<device>): {'yes' if cdi_ok else 'NO'}")
+    ok = ok and cdi_ok
+    say("== deleting the MIG pods: the kubelet unprepares, the plugin destroys the instances and turns MIG mode off")
+    started = time.monotonic()
+    for pname in names:
+        c.api("DELETE", f"/api/v1/namespaces/{NS}/pods/{pname}?gracePeriodSeconds=0")
+    gone = wait_for(lambda: not carved(plugin) and not plugin.cdi_files() and not mig_mode_on(plugin), 90)
+    say(
+        f"   after {time.monotonic() - started:.1f}s: MIG instances left {len(carved(plugin))}, "
+        f"GPUs in MIG mode {mig_mode_on(plugin)}, claim CDI specs left {len(plugin.cdi_files())}"
+    )
+    return ok and gone
 
 
 def main() -> int:

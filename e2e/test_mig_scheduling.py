@@ -198,9 +198,15 @@ def mig_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigNode]:
 
 @pytest.fixture(autouse=True)
 def empty_node(mig_node: MigNode) -> Iterator[None]:
-    """Each test starts and ends with no pod, no claim, no carved instance and MIG mode off everywhere."""
+    """Each test starts with no pod, no claim, no carved instance and MIG mode off everywhere (tests end
+    with ``delete_pods_and_check_destroyed``; this is the backstop when one fails half-way)."""
     yield
-    m = mig_node
+    delete_pods_and_check_destroyed(mig_node)
+
+
+def delete_pods_and_check_destroyed(m: MigNode) -> None:
+    """Delete every pod (and template) of the namespace: the kubelet unprepares their claims, the plugin
+    destroys the carved instances and turns MIG mode off again once a GPU has none left."""
     m.c.api("DELETE", PODS)
     m.c.api("DELETE", TEMPLATES)
     wait_until("the pods to be gone", lambda: not m.c.api("GET", PODS)["items"], m.diagnostics)
@@ -257,6 +263,8 @@ def test_1g_slice_is_carved_at_the_allocated_placement(mig_node: MigNode) -> Non
     assert ("1g.10gb", 6, 1) == (inst.profile_name, inst.placement.start, inst.placement.size)
     assert {m.uuid(0)} == m.mig_mode_on()
 
+    delete_pods_and_check_destroyed(m)
+
 
 def test_pair_of_slices_shares_one_parent_gpu(mig_node: MigNode) -> None:
     """demo/mig-pair.yaml: a 1g.10gb and a 2g.20gb with matchAttribute parentUUID land on one GPU, without overlap."""
@@ -269,6 +277,8 @@ def test_pair_of_slices_shares_one_parent_gpu(mig_node: MigNode) -> None:
     assert small.parent_uuid == medium.parent_uuid == m.uuid(0)
     assert not small.placement.overlaps(medium.placement)
     assert small.gi_id != medium.gi_id
+
+    delete_pods_and_check_destroyed(m)
 
 
 def test_pair_constraint_moves_both_slices_to_a_gpu_with_room_for_both(mig_node: MigNode) -> None:
@@ -295,6 +305,8 @@ def test_pair_constraint_moves_both_slices_to_a_gpu_with_room_for_both(mig_node:
     assert_carved_as_allocated(m, filled, alloc)
     assert {m.uuid(0), m.uuid(1)} == m.mig_mode_on()
 
+    delete_pods_and_check_destroyed(m)
+
 
 def test_any_slice_with_20gi_gets_the_smallest_big_enough_profile(mig_node: MigNode) -> None:
     """demo/mig-20gi.yaml: a capacity selector, no profile named. The "20gb" profiles have 20096Mi (< 20Gi), so the
@@ -309,6 +321,8 @@ def test_any_slice_with_20gi_gets_the_smallest_big_enough_profile(mig_node: MigN
     assert "40448Mi" == published["gpu-0-mig-3g40gb-4"]["capacity"]["memory"]["value"]
     (inst,) = assert_carved_as_allocated(m, alloc).values()
     assert ("3g.40gb", 4, 4) == (inst.profile_name, inst.placement.start, inst.placement.size)
+
+    delete_pods_and_check_destroyed(m)
 
 
 def test_first_available_takes_a_full_gpu_while_one_is_free_then_a_3g_slice(mig_node: MigNode) -> None:
@@ -352,6 +366,8 @@ def test_first_available_takes_a_full_gpu_while_one_is_free_then_a_3g_slice(mig_
     assert {"gpu-7-mig-1g10gb-6", "gpu-7-mig-3g40gb-0"} == set(carved)
     assert {m.uuid(7)} == m.mig_mode_on()
 
+    delete_pods_and_check_destroyed(m)
+
 
 def test_1g_slices_fill_gpu_0_from_the_top_before_touching_gpu_1(mig_node: MigNode) -> None:
     """Eight pods asking 1g.10gb one after the other: first fit packs the seven placements of gpu-0 (6, 5, ..., 0),
@@ -371,6 +387,8 @@ def test_1g_slices_fill_gpu_0_from_the_top_before_touching_gpu_1(mig_node: MigNo
     assert list(range(7)) == on_gpu0
     assert {m.uuid(0), m.uuid(1)} == m.mig_mode_on()
     assert len({i.uuid for i in carved.values()}) == 8
+
+    delete_pods_and_check_destroyed(m)
 
 
 def one_1g_request(count: int = 1) -> dict[str, Any]:

@@ -153,6 +153,7 @@ class MigSimulator:
         self._mutex = threading.RLock()
         self._failures: dict[str, NvmlCode] = {}
         self._state = NodeState(boot_id=boot_id)
+        self._synced: tuple[int, int] | None = None  # state file (mtime_ns, size) the procfs tree matches
         with self._txn(write=True):
             pass
 
@@ -163,11 +164,12 @@ class MigSimulator:
         """The current state; with ``write`` it is stored when the body succeeds (re-read first)."""
         with self._mutex:
             if self._state_file is None or self._lock_path is None:
-                self._adopt(self._state)
+                changed = self._adopt(self._state)
                 try:
                     yield self._state
                 finally:
-                    self._sync_proc(self._state)
+                    if write or changed:
+                        self._sync_proc(self._state)
                 return
             with state_lock(self._lock_path):
                 state = read_state(self._state_file)
@@ -176,7 +178,13 @@ class MigSimulator:
                 if write or changed:
                     write_state(self._state_file, state)
                 self._state = state
-                self._sync_proc(state)
+                # The procfs tree follows the state file; re-sync only when the file changed
+                # (here or in another process sharing it), not on every read.
+                st = self._state_file.stat() if self._state_file.exists() else None
+                key = (st.st_mtime_ns, st.st_size) if st else None
+                if key is None or key != self._synced:
+                    self._sync_proc(state)
+                    self._synced = key
 
     def _adopt(self, state: NodeState) -> bool:
         """Add this simulator's GPUs to ``state`` and apply a reboot; True when that changed it."""

@@ -1,0 +1,132 @@
+"""Entry point of ``dra-gpu-webhook``: the validating admission webhook for this driver's opaque configs.
+
+Parses flags (each also an env var), configures JSON logs, loads the TLS certificate (a bad
+one exits 1 at start), serves ``webhook.server`` until SIGTERM or SIGINT, then stops accepting
+and exits 0. The Helm chart runs it when ``webhook.enabled`` (templates/webhook-*.yaml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import ssl
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from dra_driver.appkit.flags import env
+from dra_driver.appkit.signals import stop_on_signals
+from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
+from dra_driver.obs.logs import configure_logging
+from webhook.admission import VALIDATE_PATH
+from webhook.server import TlsFiles, WebhookServer
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PORT = 8443
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """Everything the webhook needs to start."""
+
+    bind_address: str
+    port: int
+    cert_file: Path
+    key_file: Path
+    driver_name: str
+    log_level: str
+
+
+def parse(argv: list[str] | None = None) -> WebhookSettings:
+    """Parse flags (env vars as defaults); exit 2 with a message naming a bad value."""
+    p = argparse.ArgumentParser(
+        prog="dra-gpu-webhook", description=f"validating admission webhook for dra-gpu opaque configs ({VALIDATE_PATH})"
+    )
+    every_address = "0.0.0.0"  # noqa: S104 - a server in a pod listens on the pod's addresses
+    p.add_argument(
+        "--bind-address", default=env("BIND_ADDRESS", every_address), help="address to listen on; '::' for IPv6 [BIND_ADDRESS]"
+    )
+    p.add_argument("--port", default=env("PORT", str(DEFAULT_PORT)), help=f"HTTPS port (default {DEFAULT_PORT}) [PORT]")
+    p.add_argument(
+        "--tls-cert-file", default=env("TLS_CERT_FILE"), help="PEM certificate (chain) to serve [TLS_CERT_FILE] (required)"
+    )
+    p.add_argument(
+        "--tls-private-key-file", default=env("TLS_PRIVATE_KEY_FILE"), help="PEM private key [TLS_PRIVATE_KEY_FILE] (required)"
+    )
+    p.add_argument(
+        "--driver-name",
+        default=env("DRIVER_NAME", DEFAULT_DRIVER_NAME),
+        help="DRA driver name whose configs to validate [DRIVER_NAME]",
+    )
+    p.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning, error [LOG_LEVEL]")
+    a = p.parse_args(argv)
+    if not a.tls_cert_file or not a.tls_private_key_file:
+        p.error("--tls-cert-file and --tls-private-key-file (or TLS_CERT_FILE and TLS_PRIVATE_KEY_FILE) are required")
+    try:
+        port = int(a.port)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        p.error(f"--port: not a port number: {a.port!r}")
+    try:
+        driver = validate_driver_name(a.driver_name)
+    except ValueError as err:
+        p.error(f"--driver-name: {err}")
+    if a.log_level.upper() not in logging.getLevelNamesMapping():
+        p.error(f"--log-level: unknown level {a.log_level!r}")
+    return WebhookSettings(
+        bind_address=a.bind_address,
+        port=port,
+        cert_file=Path(a.tls_cert_file),
+        key_file=Path(a.tls_private_key_file),
+        driver_name=driver,
+        log_level=a.log_level,
+    )
+
+
+def serve(settings: WebhookSettings, stop: threading.Event) -> int:
+    """Serve until ``stop`` is set; return the exit code (1 when the certificate or port is unusable)."""
+    try:
+        tls = TlsFiles(settings.cert_file, settings.key_file)
+    except (OSError, ssl.SSLError) as err:
+        log.error("tls_certificate_unusable", error=str(err), cert_file=str(settings.cert_file), key_file=str(settings.key_file))
+        return 1
+    try:
+        server = WebhookServer((settings.bind_address, settings.port), tls=tls, driver=settings.driver_name)
+    except OSError as err:
+        log.error("listen_failed", error=str(err), address=settings.bind_address, port=settings.port)
+        return 1
+    thread = threading.Thread(target=server.serve_forever, name="webhook-server", daemon=True)
+    thread.start()
+    log.info("webhook_serving", address=settings.bind_address, port=server.port, path=VALIDATE_PATH)
+    stop.wait()
+    server.shutdown()  # stops accepting; in-flight requests finish in their own threads
+    server.server_close()
+    thread.join()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script entry: parse, configure logs, serve until SIGTERM/SIGINT."""
+    try:
+        settings = parse(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a bad flag (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    configure_logging(settings.log_level)
+    structlog.contextvars.bind_contextvars(driver=settings.driver_name)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    try:
+        return serve(settings, stop)
+    except Exception:
+        log.exception("webhook_failed")
+        return 1
+    finally:
+        log.info("webhook_stopped")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
