@@ -34,6 +34,7 @@ class ControllerSettings:
     kubeconfig: str | None
     log_level: str
     mig: MigStrategy = MigStrategy.NONE
+    consumable: bool = False
     fake_gpu_state_dir: Path | None = None
 
 
@@ -50,6 +51,7 @@ def parse(argv: list[str] | None = None) -> ControllerSettings:
         kubeconfig=a.kubeconfig or None,
         log_level=a.log_level,
         mig=MigStrategy(a.mig),
+        consumable=a.sharing == "consumable",
         fake_gpu_state_dir=Path(a.fake_gpu_state_dir) if a.fake_gpu_state_dir else None,
     )
 
@@ -67,7 +69,7 @@ def run(settings: ControllerSettings, stop: threading.Event) -> int:
     backend = None
     if settings.mig is not MigStrategy.NONE:
         backend = make_mig_backend(fake=settings.fake_gpus is not None, gpus=gpus, state_dir=settings.fake_gpu_state_dir)
-    publication = node_publication(gpus, settings.mig, backend)
+    publication = node_publication(gpus, settings.mig, backend, consumable=settings.consumable)
 
     publisher = SlicePublisher(KubeSliceApi(load_api_client(settings.kubeconfig)), settings.driver_name, settings.node_name)
     publisher.set_devices(list(publication.devices), list(publication.counter_sets))

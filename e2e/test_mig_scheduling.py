@@ -170,6 +170,7 @@ def mig_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigNode]:
             publish=True,
             registrar_dir=node.registrar_dir,
             plugins_dir=node.plugins_dir,
+            # No periodic GC pass: every unprepare seen here must come from the kubelet's DRA manager.
             extra_args=("--mig", "dynamic", "--fake-mig-latency", "zero", "--gc-interval", "0"),
         )
         m = MigNode(c, node, plugin, FakeGpuSource("h100x8", NODE).gpus())

@@ -32,6 +32,7 @@ class Settings:
     log_level: str
     boot_id_file: Path
     mig: MigStrategy = MigStrategy.NONE
+    consumable: bool = False
     fake_gpu_state_dir: Path | None = None
     fake_mig_latency: str = "realistic"
     gc_interval_s: float = 600.0
@@ -105,6 +106,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         log_level=a.log_level,
         boot_id_file=Path(a.boot_id_file),
         mig=MigStrategy(a.mig),
+        consumable=a.sharing == "consumable",
         fake_gpu_state_dir=Path(a.fake_gpu_state_dir).absolute() if a.fake_gpu_state_dir else plugin_dir / "fake-gpus",
         fake_mig_latency=a.fake_mig_latency,
         gc_interval_s=a.gc_interval,

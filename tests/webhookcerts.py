@@ -27,5 +27,7 @@ def make_certs(directory: Path, *, alt_names: str = "IP:127.0.0.1,DNS:localhost"
     _openssl("req", "-x509", *ec, "-days", "2", "-subj", "/CN=dra-gpu-webhook-test-ca", "-keyout", ca_key, "-out", ca)
     _openssl("req", *ec, "-subj", "/CN=dra-gpu-webhook", "-keyout", key, "-out", csr)
     ext.write_text(f"subjectAltName={alt_names}\nextendedKeyUsage=serverAuth\n")
-    _openssl("x509", "-req", "-days", "2", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-extfile", ext, "-out", cert)
+    _openssl(
+        "x509", "-req", "-days", "2", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-extfile", ext, "-out", cert
+    )
     return Certs(ca, cert, key)

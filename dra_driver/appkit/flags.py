@@ -21,7 +21,7 @@ def env(name: str, default: str | None = None) -> str | None:
 
 
 def add_common_flags(p: argparse.ArgumentParser) -> None:
-    """--node-name, --driver-name, --fake-gpus, --mig, --fake-gpu-state-dir, --fake-mig-latency, --kubeconfig, --log-level."""
+    """--node-name, --driver-name, --fake-gpus, --mig, --sharing, --fake-gpu-state-dir, --fake-mig-latency, --kubeconfig, --log-level."""
     p.add_argument("--node-name", default=env("NODE_NAME"), help="this node's name [NODE_NAME] (required)")
     p.add_argument("--driver-name", default=env("DRIVER_NAME", DEFAULT_DRIVER_NAME), help="DRA driver name [DRIVER_NAME]")
     p.add_argument(
@@ -34,6 +34,12 @@ def add_common_flags(p: argparse.ArgumentParser) -> None:
         default=env("MIG_STRATEGY", MigStrategy.NONE.value),
         choices=[m.value for m in MigStrategy],
         help="MIG: none (full GPUs), static (publish existing instances), dynamic (carve at prepare) [MIG_STRATEGY]",
+    )
+    p.add_argument(
+        "--sharing",
+        default=env("SHARING", "none"),
+        choices=["none", "consumable"],
+        help="consumable: full GPUs are shared by capacity (memory, computeShare) across claims [SHARING]",
     )
     p.add_argument(
         "--fake-gpu-state-dir",
@@ -60,6 +66,8 @@ def check_common_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> str
         p.error(f"--driver-name: {err}")
     if a.fake_gpus and a.fake_gpus not in PROFILES:
         p.error(f"--fake-gpus: unknown profile {a.fake_gpus!r}; known: {', '.join(sorted(PROFILES))}")
+    if a.sharing == "consumable" and a.mig == MigStrategy.DYNAMIC.value:
+        p.error("--sharing consumable cannot be combined with --mig dynamic")
     if a.log_level.upper() not in logging.getLevelNamesMapping():
         p.error(f"--log-level: unknown level {a.log_level!r}")
     return driver

@@ -28,9 +28,12 @@ def gpu_states(gpus: Sequence[GpuInfo], backend: MigBackend | None) -> list[GpuM
     return out
 
 
-def node_publication(gpus: Sequence[GpuInfo], strategy: MigStrategy, backend: MigBackend | None) -> Publication:
-    """What the node publishes under ``strategy``."""
-    return publish_node(gpu_states(gpus, backend if strategy is not MigStrategy.NONE else None), strategy)
+def node_publication(
+    gpus: Sequence[GpuInfo], strategy: MigStrategy, backend: MigBackend | None, *, consumable: bool = False
+) -> Publication:
+    """What the node publishes under ``strategy`` (and, with ``consumable``, GPUs shared by capacity)."""
+    states = gpu_states(gpus, backend if strategy is not MigStrategy.NONE else None)
+    return publish_node(states, strategy, consumable=consumable)
 
 
 def carve_layout(gpus: Sequence[GpuInfo], backend: MigBackend, profiles: Sequence[str]) -> None:

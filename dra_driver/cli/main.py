@@ -29,6 +29,7 @@ def inventory_slices(
     driver: str,
     mig: MigStrategy = MigStrategy.NONE,
     fake_mig_layout: tuple[str, ...] = (),
+    consumable: bool = False,
 ) -> list[dict[str, Any]]:
     """The ResourceSlice objects a node publishes.
 
@@ -41,7 +42,7 @@ def inventory_slices(
         backend = make_mig_backend(fake=fake_gpus is not None, gpus=gpus)
         if fake_mig_layout:
             carve_layout(gpus, backend, fake_mig_layout)
-    pub = node_publication(gpus, mig, backend)
+    pub = node_publication(gpus, mig, backend, consumable=consumable)
     contents = split_pool(list(pub.devices), list(pub.counter_sets))
     return slice_objects(driver=driver, node_name=node_name, contents=contents)
 
@@ -59,6 +60,7 @@ def _inventory(args: argparse.Namespace) -> int:
             driver=driver,
             mig=MigStrategy(args.mig),
             fake_mig_layout=layout,
+            consumable=args.sharing == "consumable",
         )
     except (ValueError, MigError) as err:
         print(f"dra-gpu inventory: {err}", file=sys.stderr)
@@ -85,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[m.value for m in MigStrategy],
         default=MigStrategy.NONE.value,
         help="none: full GPUs; static: existing MIG instances; dynamic: every placement with shared counters",
+    )
+    inv.add_argument(
+        "--sharing",
+        choices=["none", "consumable"],
+        default="none",
+        help="consumable: GPUs shared across claims by capacity (memory in GiB, computeShare in percent)",
     )
     inv.add_argument(
         "--fake-mig-layout",

@@ -29,7 +29,7 @@ the only one the 4g and 7g profiles have — stays free longest. The full GPU co
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dra_driver.core.gpu import GpuInfo
@@ -42,7 +42,10 @@ from dra_driver.core.mig import (
     Placement,
     can_toggle_mig_mode,
 )
-from dra_driver.core.schema import DeviceSpec, gpu_device, gpu_device_name, mig_device
+from dra_driver.core.schema import CAPACITY_MEMORY, DeviceSpec, gpu_device, gpu_device_name, mig_device
+from dra_driver.core.sharing import CAPACITY_COMPUTE_SHARE
+
+GIB = 1 << 30
 
 COUNTER_MULTIPROCESSORS = "multiprocessors"
 COUNTER_COPY_ENGINES = "copy-engines"
@@ -133,7 +136,29 @@ def _consumes(minor: int, values: Mapping[str, int]) -> dict[str, Any]:
 
 
 def _with_extra(dev: DeviceSpec, extra: dict[str, Any]) -> DeviceSpec:
-    return DeviceSpec(name=dev.name, attributes=dev.attributes, capacity=dev.capacity, extra={**dev.extra, **extra})
+    return replace(dev, extra={**dev.extra, **extra})
+
+
+def consumable_gpu_device(gpu: GpuInfo) -> DeviceSpec:
+    """A full GPU that several claims share by consuming its capacity (``allowMultipleAllocations``).
+
+    ``memory`` is requested in whole GiB (at least 1Gi); a claim that asks for no memory gets all
+    of it (every whole GiB), so sharing only ever happens when claims ask for it. ``computeShare``
+    (0-100, the percentage of SMs an MPS client may use) defaults to 0: no cap, no reservation.
+    """
+    dev = gpu_device(gpu)
+    whole = (gpu.memory_bytes // GIB) * GIB
+    if whole < GIB:
+        raise ValueError(f"{gpu_device_name(gpu.minor)} has less than 1Gi of memory and cannot be shared by capacity")
+    return replace(
+        dev,
+        capacity={**dev.capacity, CAPACITY_COMPUTE_SHARE: "100"},
+        request_policies={
+            CAPACITY_MEMORY: {"default": f"{whole // GIB}Gi", "validRange": {"min": "1Gi", "step": "1Gi"}},
+            CAPACITY_COMPUTE_SHARE: {"default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}},
+        },
+        extra={**dev.extra, "allowMultipleAllocations": True},
+    )
 
 
 def placement_order(catalog: MigCatalog) -> list[tuple[MigProfile, Placement]]:
@@ -190,8 +215,14 @@ def _static(state: GpuMigState, catalog: MigCatalog, out: list[tuple[DeviceSpec,
         out.append((dev, DeviceTarget(dev.name, gpu, profile, inst.placement, inst, dynamic=False)))
 
 
-def publish_node(states: Sequence[GpuMigState], strategy: MigStrategy) -> Publication:
-    """Everything a node publishes under ``strategy``; raises ValueError on inconsistent input."""
+def publish_node(states: Sequence[GpuMigState], strategy: MigStrategy, *, consumable: bool = False) -> Publication:
+    """Everything a node publishes under ``strategy``; raises ValueError on inconsistent input.
+
+    ``consumable`` publishes full GPUs for sharing by capacity (see ``consumable_gpu_device``);
+    it cannot be combined with dynamic MIG, whose full GPUs consume partition counters.
+    """
+    if consumable and strategy is MigStrategy.DYNAMIC:
+        raise ValueError("sharing by consumable capacity cannot be combined with dynamic MIG (choose one)")
     seen_minor: set[int] = set()
     seen_uuid: set[str] = set()
     for s in states:
@@ -213,7 +244,7 @@ def publish_node(states: Sequence[GpuMigState], strategy: MigStrategy) -> Public
         elif state.mode.current:
             notes.append(f"{gpu_device_name(gpu.minor)}: MIG mode is on and --mig is {strategy.value}: not published")
         else:
-            dev = gpu_device(gpu)
+            dev = consumable_gpu_device(gpu) if consumable else gpu_device(gpu)
             out.append((dev, DeviceTarget(dev.name, gpu)))
     return Publication(
         devices=tuple(d for d, _ in out),

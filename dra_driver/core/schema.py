@@ -75,6 +75,8 @@ class DeviceSpec:
     capacity: dict[str, str]
     extra: dict[str, Any] = field(default_factory=dict)
     """Further Device fields later features add (consumesCounters, taints, ...), in API JSON."""
+    request_policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Capacity name → ``requestPolicy`` JSON (consumable capacity)."""
 
     def to_api(self) -> dict[str, Any]:
         """The ``resource.k8s.io/v1`` Device JSON."""
@@ -82,7 +84,10 @@ class DeviceSpec:
         if self.attributes:
             out["attributes"] = {k: v.to_api() for k, v in sorted(self.attributes.items())}
         if self.capacity:
-            out["capacity"] = {k: {"value": v} for k, v in sorted(self.capacity.items())}
+            out["capacity"] = {
+                k: {"value": v, **({"requestPolicy": self.request_policies[k]} if k in self.request_policies else {})}
+                for k, v in sorted(self.capacity.items())
+            }
         out.update(self.extra)
         return out
 
