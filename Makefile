@@ -35,7 +35,7 @@ check-protos: venv
 
 lint: venv check-protos
 	ruff check .
-	ruff format --check dra_driver controller kubelet_plugin tests scripts bench e2e
+	ruff format --check dra_driver controller kubelet_plugin webhook tests scripts bench e2e
 	mypy .
 	lint-imports
 

@@ -154,7 +154,9 @@ def run(settings: Settings, stop: threading.Event) -> int:
             boot_id=read_boot_id(settings.boot_id_file),
         )
     # The startup sweep may destroy leftover instances, so publish what is left after it.
-    state = _build_state(settings, gpus, node_publication(gpus, settings.mig, backend, consumable=settings.consumable), backend, api_client)
+    state = _build_state(
+        settings, gpus, node_publication(gpus, settings.mig, backend, consumable=settings.consumable), backend, api_client
+    )
     state.startup()
     publication = node_publication(gpus, settings.mig, backend, consumable=settings.consumable)
     for note in publication.notes:

@@ -128,6 +128,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")  # so the client opens a new connection for its next request
         self.end_headers()
         self.wfile.write(body)
 
@@ -147,6 +149,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         """Validate one AdmissionReview."""
         if self._route() != VALIDATE_PATH:
+            self.close_connection = True  # its body is unread: the connection cannot carry another request
             self._text(HTTPStatus.NOT_FOUND, f"no such path; POST {VALIDATE_PATH}")
             return
         try:

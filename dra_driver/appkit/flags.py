@@ -21,7 +21,7 @@ def env(name: str, default: str | None = None) -> str | None:
 
 
 def add_common_flags(p: argparse.ArgumentParser) -> None:
-    """--node-name, --driver-name, --fake-gpus, --mig, --sharing, --fake-gpu-state-dir, --fake-mig-latency, --kubeconfig, --log-level."""
+    """The node, driver, GPU source, MIG, sharing, kubeconfig and log flags both daemons take."""
     p.add_argument("--node-name", default=env("NODE_NAME"), help="this node's name [NODE_NAME] (required)")
     p.add_argument("--driver-name", default=env("DRIVER_NAME", DEFAULT_DRIVER_NAME), help="DRA driver name [DRIVER_NAME]")
     p.add_argument(

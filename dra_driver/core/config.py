@@ -51,11 +51,9 @@ class ConfigError(ValueError):
 
     @property
     def field(self) -> str:
-        """The field path relative to ``base``; "" for the config object itself (or without a base)."""
+        """The field path relative to ``base``: "" for the config object itself; the whole path when there is no base."""
         if self.base and self.path.startswith(self.base + "."):
             return self.path[len(self.base) + 1 :]
-        if self.base and self.path.startswith(self.base + "["):
-            return self.path[len(self.base) :]
         return "" if self.base else self.path
 
     @property
