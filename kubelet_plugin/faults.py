@@ -17,10 +17,14 @@ PREPARE_POINTS = (
     "after_mig_mode_disabled",
     "after_gi_created",
     "after_ci_created",
+    "after_mps_started",
+    "after_time_slice_set",
     "after_cdi_written",
     "after_prepare_completed",
 )
 UNPREPARE_POINTS = (
+    "after_unprepare_mps_stopped",
+    "after_unprepare_time_slice_reset",
     "after_unprepare_ci_destroyed",
     "after_unprepare_gi_destroyed",
     "after_unprepare_mig_mode_disabled",

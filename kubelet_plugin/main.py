@@ -26,7 +26,7 @@ from dra_driver.core.mig_publish import Publication
 from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice, read_boot_id
 from dra_driver.obs.logs import configure_logging
-from dra_driver.sources.select import make_mig_backend, make_source
+from dra_driver.sources.select import make_mig_backend, make_sharing_backend, make_source
 from kubelet_plugin.health import SocketHealthServicer
 from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.registration import RegistrationServicer
@@ -71,6 +71,13 @@ def _build_state(
         node_name=settings.node_name,
         publication=publication,
         mig=MigOps(backend, gpus) if backend is not None else None,
+        sharing=make_sharing_backend(
+            fake=not real,
+            state_dir=settings.fake_gpu_state_dir,
+            mps_root=settings.plugin_dir / "mps",
+            nvidia_bin_dir=settings.nvidia_bin_dir,
+        ),
+        mps_root=settings.plugin_dir / "mps",
         claims=claims,
         cdi=CdiStore(settings.cdi_root, settings.driver_name),
         checkpoints=CheckpointStore(settings.plugin_dir, read_boot_id(settings.boot_id_file)),

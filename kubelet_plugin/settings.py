@@ -36,6 +36,7 @@ class Settings:
     fake_gpu_state_dir: Path | None = None
     fake_mig_latency: str = "realistic"
     gc_interval_s: float = 600.0
+    nvidia_bin_dir: Path = Path("/driver-root/usr/bin")
 
 
 def parse(argv: list[str] | None = None) -> Settings:
@@ -84,6 +85,11 @@ def parse(argv: list[str] | None = None) -> Settings:
         default=float(env("GC_INTERVAL", "600") or 600),
         help="seconds between passes that unprepare claims whose ResourceClaim is gone, 0 = off [GC_INTERVAL]",
     )
+    p.add_argument(
+        "--nvidia-bin-dir",
+        default=env("NVIDIA_BIN_DIR", "/driver-root/usr/bin"),
+        help="where nvidia-smi and nvidia-cuda-mps-control are (real GPUs) [NVIDIA_BIN_DIR]",
+    )
     a = p.parse_args(argv)
     driver = check_common_flags(p, a)
     if a.gc_interval < 0:
@@ -110,4 +116,5 @@ def parse(argv: list[str] | None = None) -> Settings:
         fake_gpu_state_dir=Path(a.fake_gpu_state_dir).absolute() if a.fake_gpu_state_dir else plugin_dir / "fake-gpus",
         fake_mig_latency=a.fake_mig_latency,
         gc_interval_s=a.gc_interval,
+        nvidia_bin_dir=Path(a.nvidia_bin_dir),
     )

@@ -34,11 +34,12 @@ import structlog
 
 from dra_driver.core.checkpoint import Checkpoint, ClaimEntry, ClaimState, MigRecord, PreparedDevice
 from dra_driver.core.claims import ClaimAllocation, ClaimError, parse_claim, validate_claim_uid
-from dra_driver.core.config import ConfigError
+from dra_driver.core.config import ConfigError, TimeSliceInterval
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigError, MigStrategy
 from dra_driver.core.mig_publish import DeviceTarget, Publication, full_gpu_states, publish_node
-from dra_driver.core.prepare import ResolvedDevice, plan_claim
+from dra_driver.core.prepare import ClaimPlan, ResolvedDevice, plan_claim
+from dra_driver.core.sharing import SharingBackend
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
 from dra_driver.files.lock import LockTimeout, file_lock
@@ -88,6 +89,8 @@ class DeviceState:
         gpus: list[GpuInfo] | None = None,
         publication: Publication | None = None,
         mig: MigOps | None = None,
+        sharing: SharingBackend | None = None,
+        mps_root: Path | None = None,
         claims: ClaimReader,
         cdi: CdiStore,
         checkpoints: CheckpointStore,
@@ -103,6 +106,8 @@ class DeviceState:
             publication = publish_node(full_gpu_states(gpus or []), MigStrategy.NONE)
         self.targets: Mapping[str, DeviceTarget] = publication.targets
         self._mig = mig
+        self._sharing = sharing
+        self._mps_root = mps_root or checkpoints.dir / "mps"
         self._gone: set[str] = set()  # claims found gone by the previous garbage collection pass
         self._claims = claims
         self._cdi = cdi
@@ -134,15 +139,27 @@ class DeviceState:
                 log.info("cdi_orphan_removed", claim_uid=uid)
             if result.notices or result.dropped_claims:
                 self._store.save(cp)
-            if self._mig is not None and any(t.dynamic for t in self.targets.values()):
-                owned: dict[str, set[int]] = {}
-                for entry in cp.claims.values():
-                    if entry.state is ClaimState.PREPARE_COMPLETED:
-                        for rec in entry.mig_records():
-                            if rec.gi_id is not None:
-                                owned.setdefault(rec.parent_uuid, set()).add(rec.gi_id)
-                for inst in self._mig.sweep(owned):
-                    log.warning("mig_leftover_destroyed", gpu=inst.parent_uuid, gi_id=inst.gi_id, profile=inst.profile_name)
+            self._recover_devices(cp)
+
+    def _recover_devices(self, cp: Checkpoint) -> None:
+        """At start: destroy MIG instances no completed claim owns; restart MPS daemons that died."""
+        if self._mig is not None and any(t.dynamic for t in self.targets.values()):
+            owned: dict[str, set[int]] = {}
+            for entry in cp.claims.values():
+                if entry.state is ClaimState.PREPARE_COMPLETED:
+                    for rec in entry.mig_records():
+                        if rec.gi_id is not None:
+                            owned.setdefault(rec.parent_uuid, set()).add(rec.gi_id)
+            for inst in self._mig.sweep(owned):
+                log.warning("mig_leftover_destroyed", gpu=inst.parent_uuid, gi_id=inst.gi_id, profile=inst.profile_name)
+        if self._sharing is not None:
+            for uid, entry in cp.claims.items():
+                if entry.state is not ClaimState.PREPARE_COMPLETED:
+                    continue
+                for daemon in entry.mps_daemons:
+                    if not self._sharing.mps_running(daemon.daemon_id):
+                        self._sharing.start_mps(daemon)
+                        log.warning("mps_restarted", claim_uid=uid, daemon=daemon.daemon_id)
 
     def _tell(self, notice: Notice) -> None:
         (log.error if notice.warning else log.info)("checkpoint_notice", reason=notice.reason, detail=notice.message)
@@ -212,21 +229,38 @@ class DeviceState:
         try:
             claim = parse_claim(obj, uid=ref.uid, driver=self.driver, pool=self.pool, known_devices=set(self.targets))
             provisional = self._provisional(claim)
-            self._plan(claim, provisional, cp)  # every check, before any side effect
+            first_plan = self._plan(claim, provisional, cp)  # every check, before any side effect
+            self._check_sharing_possible(first_plan)
         except (ClaimError, ConfigError) as err:
             bound.warning("claim_rejected", error=str(err))
             return cp, Outcome(error=str(err))
         intents = tuple(_intent(t) for t in dict.fromkeys(d.target for d in provisional.values()) if _carves(t))
-        started = ClaimEntry(ClaimState.PREPARE_STARTED, ref.namespace, ref.name, mig_intents=intents)
+        started = ClaimEntry(
+            ClaimState.PREPARE_STARTED,
+            ref.namespace,
+            ref.name,
+            mig_intents=intents,
+            time_slices=first_plan.time_slices,
+            mps_daemons=first_plan.mps_daemons,
+        )
         cp = cp.with_claim(ref.uid, started)
         self._store.save(cp)
         crash_point("after_prepare_started")
         try:
             resolved = self._apply(provisional)
             plan = self._plan(claim, resolved, cp)
+            self._apply_sharing(plan)
             self._cdi.write(ref.uid, plan.cdi_spec)
             crash_point("after_cdi_written")
-            done = ClaimEntry(ClaimState.PREPARE_COMPLETED, ref.namespace, ref.name, plan.devices, plan.cdi_spec)
+            done = ClaimEntry(
+                ClaimState.PREPARE_COMPLETED,
+                ref.namespace,
+                ref.name,
+                plan.devices,
+                plan.cdi_spec,
+                time_slices=plan.time_slices,
+                mps_daemons=plan.mps_daemons,
+            )
             cp = cp.with_claim(ref.uid, done)
             self._store.save(cp)
             crash_point("after_prepare_completed")
@@ -283,7 +317,44 @@ class DeviceState:
                 out[name] = self._mig.resolved(t, t.instance)
         return out
 
-    def _plan(self, claim: ClaimAllocation, devices: dict[str, ResolvedDevice], cp: Checkpoint) -> Any:
+    def _check_sharing_possible(self, plan: ClaimPlan) -> None:
+        if (plan.time_slices or plan.mps_daemons) and self._sharing is None:
+            raise ClaimError("the claim asks for GPU sharing, but this plugin runs without a sharing backend")
+
+    def _apply_sharing(self, plan: ClaimPlan) -> None:
+        """Start the plan's MPS daemons and set its time slices (both idempotent)."""
+        if self._sharing is None:
+            return
+        for daemon in plan.mps_daemons:
+            self._sharing.start_mps(daemon)
+            log.info("mps_ready", daemon=daemon.daemon_id, shared=daemon.shared)
+            crash_point("after_mps_started")
+        for ts in plan.time_slices:
+            self._sharing.set_time_slice(ts.gpu_uuid, ts.interval)
+            log.info("time_slice_applied", gpu=ts.gpu_uuid, interval=ts.interval.value)
+            crash_point("after_time_slice_set")
+
+    def _undo_sharing(self, cp: Checkpoint, uid: str, entry: ClaimEntry) -> None:
+        """Stop the claim's MPS daemons and reset its time slices, unless another claim still uses them."""
+        if self._sharing is None:
+            return
+        others = [e for u, e in cp.claims.items() if u != uid]
+        in_use = {d.daemon_id for e in others for d in e.mps_daemons}
+        for daemon in entry.mps_daemons:
+            if daemon.daemon_id in in_use:
+                continue
+            self._sharing.stop_mps(daemon)
+            log.info("mps_stopped", claim_uid=uid, daemon=daemon.daemon_id)
+            crash_point("after_unprepare_mps_stopped")
+        sliced = {t.gpu_uuid for e in others for t in e.time_slices}
+        for ts in entry.time_slices:
+            if ts.gpu_uuid in sliced:
+                continue
+            self._sharing.set_time_slice(ts.gpu_uuid, TimeSliceInterval.DEFAULT)
+            log.info("time_slice_reset", claim_uid=uid, gpu=ts.gpu_uuid)
+            crash_point("after_unprepare_time_slice_reset")
+
+    def _plan(self, claim: ClaimAllocation, devices: dict[str, ResolvedDevice], cp: Checkpoint) -> ClaimPlan:
         return plan_claim(
             driver=self.driver,
             claim=claim,
@@ -292,6 +363,7 @@ class DeviceState:
             toolkit_devices=self._toolkit,
             prepared=cp.claims,
             node_targets=self.targets,
+            mps_root=str(self._mps_root),
         )
 
     def _rollback(self, cp: Checkpoint, uid: str) -> Checkpoint:
@@ -301,6 +373,8 @@ class DeviceState:
         e.g. a process still uses it; the kubelet retries.
         """
         entry = cp.claims.get(uid)
+        if entry is not None:
+            self._undo_sharing(cp, uid, entry)
         if entry is not None and self._mig is not None:
             keep: set[tuple[str, int]] = {
                 (r.parent_uuid, r.gi_id)

@@ -23,8 +23,12 @@ def allocated_claim(
     driver: str = DRIVER,
     config: list[dict[str, Any]] | None = None,
     pool: str | None = None,
+    result_fields: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A claim allocated to ``devices`` of ``node``'s pool, one result per device."""
+    """A claim allocated to ``devices`` of ``node``'s pool, one result per device.
+
+    ``result_fields`` adds fields to each result (e.g. ``shareID``, ``consumedCapacity``).
+    """
     devices = devices if devices is not None else ["gpu-0"]
     requests = requests or ["gpu"] * len(devices)
     return {
@@ -42,8 +46,8 @@ def allocated_claim(
             "allocation": {
                 "devices": {
                     "results": [
-                        {"request": r, "driver": driver, "pool": pool or node, "device": d}
-                        for r, d in zip(requests, devices, strict=True)
+                        {"request": r, "driver": driver, "pool": pool or node, "device": d, **extra}
+                        for r, d, extra in zip(requests, devices, result_fields or [{}] * len(devices), strict=True)
                     ],
                     "config": config or [],
                 },

@@ -60,6 +60,14 @@ def env_prefix(device: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Mount:
+    """A host directory bind-mounted into the container."""
+
+    host_path: str
+    container_path: str
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceEdits:
     """What the container gets for one prepared device."""
 
@@ -67,6 +75,7 @@ class DeviceEdits:
     share_id: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     device_nodes: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
 
 
 def claim_spec(driver: str, claim_uid: str, devices: list[DeviceEdits]) -> dict[str, Any]:
@@ -76,6 +85,10 @@ def claim_spec(driver: str, claim_uid: str, devices: list[DeviceEdits]) -> dict[
         edits: dict[str, Any] = {"env": [f"{k}={v}" for k, v in sorted(d.env.items())]}
         if d.device_nodes:
             edits["deviceNodes"] = [{"path": p} for p in d.device_nodes]
+        if d.mounts:
+            edits["mounts"] = [
+                {"hostPath": m.host_path, "containerPath": m.container_path, "options": ["rbind", "rw"]} for m in d.mounts
+            ]
         spec_devices.append({"name": cdi_device_name(claim_uid, d.device, d.share_id), "containerEdits": edits})
     return {"cdiVersion": CDI_VERSION, "kind": cdi_kind(driver), "devices": spec_devices}
 

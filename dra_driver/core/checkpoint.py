@@ -13,8 +13,11 @@ Format (version 1)::
                       "giID", "ciID", "migUUID", "carved"}}],
               "migIntents": [<mig records without ids, PrepareStarted only>]}}}}
 
-``mig``, ``migIntents``, ``adminAccess`` and ``cdiSpec`` were added under the additive rule
-below and are written only when set.
+``mig``, ``migIntents``, ``timeSlices``, ``mpsDaemons`` (see ``dra_driver.core.sharing``),
+``adminAccess`` and ``cdiSpec`` were added under the additive rule below and are written
+only when set. A downgrade to a binary that predates one of them loses what it records
+(an older binary would not destroy a MIG instance it does not know of): drain a node's GPU
+claims before downgrading across such a change.
 
 Upgrade rule (written here, enforced by the decoder):
   * Additive changes (a new optional field) keep the version. Readers ignore unknown fields,
@@ -33,6 +36,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from dra_driver.core.sharing import MpsDaemon, TimeSlice
 
 API_VERSION = "checkpoint.dra-gpu.dev/v1"
 KNOWN_VERSIONS = (API_VERSION,)
@@ -154,6 +159,10 @@ class ClaimEntry:
     mig_intents: tuple[MigRecord, ...] = ()
     """PrepareStarted only: the MIG instances this attempt is about to carve, written before the
     first NVML call, so a retry or a restart finds and destroys whatever part of it was made."""
+    time_slices: tuple[TimeSlice, ...] = ()
+    """Time slices this claim sets (started: about to; completed: did), reset at unprepare."""
+    mps_daemons: tuple[MpsDaemon, ...] = ()
+    """MPS daemons this claim starts or uses (a shared one stops with its last claim)."""
 
     def to_json(self) -> dict[str, Any]:
         """Checkpoint JSON of this claim."""
@@ -167,6 +176,10 @@ class ClaimEntry:
             out["cdiSpec"] = self.cdi_spec
         if self.mig_intents:
             out["migIntents"] = [m.to_json() for m in self.mig_intents]
+        if self.time_slices:
+            out["timeSlices"] = [t.to_json() for t in self.time_slices]
+        if self.mps_daemons:
+            out["mpsDaemons"] = [d.to_json() for d in self.mps_daemons]
         return out
 
     @classmethod
@@ -179,6 +192,8 @@ class ClaimEntry:
             devices=tuple(PreparedDevice.from_json(d) for d in raw.get("devices") or ()),
             cdi_spec=raw.get("cdiSpec"),
             mig_intents=tuple(MigRecord.from_json(m) for m in raw.get("migIntents") or ()),
+            time_slices=tuple(TimeSlice.from_json(t) for t in raw.get("timeSlices") or ()),
+            mps_daemons=tuple(MpsDaemon.from_json(d) for d in raw.get("mpsDaemons") or ()),
         )
 
     def mig_records(self) -> tuple[MigRecord, ...]:

@@ -67,6 +67,7 @@ def parse_claim(claim: Mapping[str, Any], *, uid: str, driver: str, pool: str, k
                 device=str(r["device"]),
                 share_id=r.get("shareID") or None,
                 admin_access=bool(r.get("adminAccess", False)),
+                consumed_capacity=tuple(sorted((str(k), str(v)) for k, v in (r.get("consumedCapacity") or {}).items())),
             )
         )
     if not results:

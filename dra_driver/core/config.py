@@ -370,6 +370,8 @@ class AllocationResult:
     device: str
     share_id: str | None = None
     admin_access: bool = False
+    consumed_capacity: tuple[tuple[str, str], ...] = ()
+    """Consumable capacity this (shared) allocation took: (capacity name, quantity) pairs."""
 
     @property
     def base_request(self) -> str:

@@ -7,15 +7,34 @@ the same claim, GPUs and config always give the same answer. The kubelet plugin'
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.core.cdi import DeviceEdits, cdi_device_id, claim_spec, env_prefix, validate_spec
+from dra_driver.core.cdi import DeviceEdits, Mount, cdi_device_id, claim_spec, env_prefix, validate_spec
 from dra_driver.core.checkpoint import ClaimEntry, ClaimState, MigRecord, PreparedDevice
 from dra_driver.core.claims import ClaimAllocation, ClaimError
-from dra_driver.core.config import GpuConfig, resolve_device_configs
+from dra_driver.core.config import (
+    AllocationResult,
+    ConfigError,
+    DeviceConfig,
+    GpuConfig,
+    SharingStrategy,
+    parse_byte_quantity,
+    resolve_configs,
+)
 from dra_driver.core.mig_publish import DeviceTarget
+from dra_driver.core.schema import CAPACITY_MEMORY
+from dra_driver.core.sharing import (
+    CAPACITY_COMPUTE_SHARE,
+    CONTAINER_MPS_PIPE_DIR,
+    MpsDaemon,
+    TimeSlice,
+    claim_daemon_id,
+    mps_client_env,
+    mps_dirs,
+    shared_daemon_id,
+)
 
 # Device nodes every CUDA container needs besides its GPUs' own /dev/nvidia<minor>.
 CONTROL_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
@@ -44,14 +63,16 @@ class ResolvedDevice:
 
 @dataclass(frozen=True, slots=True)
 class ClaimPlan:
-    """The outcome of preparing one claim: the kubelet's answer and the CDI spec to write."""
+    """The outcome of preparing one claim: the kubelet's answer, the CDI spec, the sharing to apply."""
 
     devices: tuple[PreparedDevice, ...]
     cdi_spec: dict[str, Any]
-    configs: Mapping[str, GpuConfig]
+    configs: Mapping[str, DeviceConfig]
+    time_slices: tuple[TimeSlice, ...] = ()
+    mps_daemons: tuple[MpsDaemon, ...] = ()
 
 
-def device_env(claim_uid: str, dev: ResolvedDevice, device: str, config: GpuConfig, share_id: str | None) -> dict[str, str]:
+def device_env(claim_uid: str, dev: ResolvedDevice, device: str, config: DeviceConfig, share_id: str | None) -> dict[str, str]:
     """The env a container gets for one device: what it is, which claim, how it is shared."""
     p = env_prefix(device if not share_id else f"{device}-{share_id}")
     env = {p: device, f"{p}_UUID": dev.uuid, f"{p}_RESOURCE_CLAIM": claim_uid}
@@ -65,6 +86,88 @@ def device_env(claim_uid: str, dev: ResolvedDevice, device: str, config: GpuConf
     return env
 
 
+CONTAINER_SHM_DIR = "/dev/shm"  # noqa: S108 - the container's shared memory, where MPS clients expect it
+
+
+def _mps_mounts(mps_root: str, daemon_id: str) -> tuple[Mount, ...]:
+    dirs = mps_dirs(mps_root, daemon_id)
+    return (Mount(dirs.pipe, CONTAINER_MPS_PIPE_DIR), Mount(dirs.shm, CONTAINER_SHM_DIR))
+
+
+def _claim_mps_daemons(
+    claim_uid: str,
+    keys: Sequence[tuple[str, str | None]],
+    configs: Mapping[str, DeviceConfig],
+    devices: Mapping[str, ResolvedDevice],
+) -> tuple[dict[str, MpsDaemon], dict[str, str]]:
+    """Per-claim MPS daemons (devices with equal MPS configs share one) and device → daemon id."""
+    groups: dict[DeviceConfig, list[str]] = {}
+    for device, share_id in keys:
+        sharing = configs[device].sharing
+        if share_id is None and sharing is not None and sharing.strategy is SharingStrategy.MPS:
+            group = groups.setdefault(configs[device], [])
+            if device not in group:
+                group.append(device)
+    daemons: dict[str, MpsDaemon] = {}
+    daemon_of: dict[str, str] = {}
+    for config, group in groups.items():
+        mps = config.sharing.mps if config.sharing is not None else None
+        limits = []
+        for device in group:
+            limit = mps.pinned_memory_limit(device) if mps is not None else None
+            if limit is not None:
+                limits.append((devices[device].uuid, limit))
+        daemon = MpsDaemon(
+            daemon_id=claim_daemon_id(claim_uid, group),
+            gpu_uuids=tuple(devices[d].uuid for d in group),
+            exclusive_gpus=tuple(devices[d].target.gpu.uuid for d in group if not devices[d].target.is_mig),
+            active_thread_percentage=mps.default_active_thread_percentage if mps is not None else None,
+            pinned_memory_limits=tuple(sorted(limits)),
+        )
+        daemons[daemon.daemon_id] = daemon
+        for device in group:
+            daemon_of[device] = daemon.daemon_id
+    return daemons, daemon_of
+
+
+def _share_edits(
+    device: str, share_id: str, dev: ResolvedDevice, config: DeviceConfig, result: AllocationResult, *, mps_root: str
+) -> tuple[MpsDaemon, dict[str, str], tuple[Mount, ...]]:
+    """A consumable-capacity share: the GPU's shared MPS daemon, the client env with its limits, mounts."""
+    if config.sharing is not None:
+        raise ClaimError(
+            f"device {device} share {share_id}: a {config.sharing.strategy.value} config does not apply to a "
+            "share of a GPU shared by capacity; the share runs under the GPU's MPS daemon with what it was allocated"
+        )
+    memory, compute = _share_grant(result, device)
+    gpu = dev.target.gpu
+    daemon = MpsDaemon(shared_daemon_id(gpu), (gpu.uuid,), exclusive_gpus=(gpu.uuid,), shared=True)
+    p = env_prefix(f"{device}-{share_id}")
+    env = {**mps_client_env(gpu.uuid, memory, compute), f"{p}_SHARING_STRATEGY": "ConsumableCapacity"}
+    if memory is not None:
+        env[f"{p}_MEMORY_LIMIT"] = str(memory)
+    if compute is not None:
+        env[f"{p}_COMPUTE_SHARE"] = str(compute)
+    return daemon, env, _mps_mounts(mps_root, daemon.daemon_id)
+
+
+def _share_grant(result: AllocationResult, device: str) -> tuple[int | None, int | None]:
+    """The memory (bytes) and computeShare (percent) a consumable-capacity share was granted."""
+    consumed = dict(result.consumed_capacity)
+    where = f"device {device} share {result.share_id}: consumedCapacity"
+    memory = compute = None
+    try:
+        if CAPACITY_MEMORY in consumed:
+            memory = parse_byte_quantity(consumed[CAPACITY_MEMORY], f"{where}.{CAPACITY_MEMORY}")
+        if consumed.get(CAPACITY_COMPUTE_SHARE) not in (None, "0"):
+            compute = int(str(consumed[CAPACITY_COMPUTE_SHARE]))
+    except (ConfigError, ValueError) as err:
+        raise ClaimError(f"{where} is not usable: {err}") from None
+    if compute is not None and not 0 <= compute <= 100:
+        raise ClaimError(f"{where}.{CAPACITY_COMPUTE_SHARE} {compute} is not a percentage")
+    return memory, compute
+
+
 def plan_claim(
     *,
     driver: str,
@@ -74,6 +177,7 @@ def plan_claim(
     toolkit_devices: frozenset[str] = frozenset(),
     prepared: Mapping[str, ClaimEntry] | None = None,
     node_targets: Mapping[str, DeviceTarget] | None = None,
+    mps_root: str = "/var/lib/kubelet/plugins/gpu.dra-gpu.dev/mps",
 ) -> ClaimPlan:
     """Plan one claim's preparation, or raise ClaimError / ConfigError with a clear message.
 
@@ -87,27 +191,49 @@ def plan_claim(
     same memory slices): the driver is the last line of defence. ``node_targets`` (every
     device the node publishes) is how other claims' device names are told apart.
     """
-    configs = resolve_device_configs(driver, claim.results, claim.config)
+    mig_names = frozenset(name for name, d in devices.items() if d.target.is_mig)
+    configs = resolve_configs(driver, claim.results, claim.config, mig_devices=mig_names)
     targets = {**(node_targets or {}), **{name: d.target for name, d in devices.items()}}
     held = _exclusively_held(prepared or {}, exclude_uid=claim.uid)
     by_device: dict[tuple[str, str | None], list[str]] = {}
+    first: dict[tuple[str, str | None], AllocationResult] = {}
     for r in claim.results:
         names = by_device.setdefault((r.device, r.share_id), [])
+        first.setdefault((r.device, r.share_id), r)
         if r.base_request not in names:
             names.append(r.base_request)
+    daemons, daemon_of = _claim_mps_daemons(claim.uid, list(by_device), configs, devices)
+    time_slices: dict[str, TimeSlice] = {}
     edits: list[DeviceEdits] = []
+    out: list[PreparedDevice] = []
     pools = {(r.device, r.share_id): r.pool for r in claim.results}
     shared = {(r.device, r.share_id) for r in claim.results if r.share_id or r.admin_access}
     admin = {(r.device, r.share_id) for r in claim.results if r.admin_access}
-    out: list[PreparedDevice] = []
     for (device, share_id), requests in by_device.items():
         dev = devices[device]
         if (device, share_id) not in shared:
             holder = _holder(device, dev.target, held, targets)
             if holder:
                 raise ClaimError(holder)
+        config = configs[device]
+        env = device_env(claim.uid, dev, device, config, share_id)
+        mounts: tuple[Mount, ...] = ()
+        if share_id is not None:
+            daemon, share_env, mounts = _share_edits(device, share_id, dev, config, first[(device, share_id)], mps_root=mps_root)
+            daemons[daemon.daemon_id] = daemon
+            env.update(share_env)
+        elif device in daemon_of:
+            env["CUDA_MPS_PIPE_DIRECTORY"] = CONTAINER_MPS_PIPE_DIR
+            mounts = _mps_mounts(mps_root, daemon_of[device])
+        elif (
+            config.sharing is not None
+            and config.sharing.time_slicing is not None
+            and isinstance(config, GpuConfig)
+            and not dev.target.is_mig
+        ):
+            time_slices[dev.target.gpu.uuid] = TimeSlice(dev.target.gpu.uuid, config.sharing.time_slicing.interval)
         nodes = (f"/dev/nvidia{dev.target.gpu.minor}", *dev.caps_nodes, *CONTROL_DEVICE_NODES) if device_nodes else ()
-        edits.append(DeviceEdits(device, share_id, device_env(claim.uid, dev, device, configs[device], share_id), nodes))
+        edits.append(DeviceEdits(device, share_id, env, nodes, mounts))
         ids = [cdi_device_id(driver, claim.uid, device, share_id)]
         if dev.uuid in toolkit_devices:
             ids.append(f"{TOOLKIT_CDI_KIND}={dev.uuid}")
@@ -118,7 +244,13 @@ def plan_claim(
         )
     spec = claim_spec(driver, claim.uid, edits)
     validate_spec(spec)
-    return ClaimPlan(devices=tuple(out), cdi_spec=spec, configs=configs)
+    return ClaimPlan(
+        devices=tuple(out),
+        cdi_spec=spec,
+        configs=configs,
+        time_slices=tuple(time_slices.values()),
+        mps_daemons=tuple(daemons.values()),
+    )
 
 
 def overlaps(a: DeviceTarget, b: DeviceTarget) -> bool:

@@ -38,6 +38,9 @@ class MpsDaemon:
 
     daemon_id: str
     gpu_uuids: tuple[str, ...]
+    """What the daemon serves (``CUDA_VISIBLE_DEVICES``): GPU or MIG device UUIDs."""
+    exclusive_gpus: tuple[str, ...] = ()
+    """Full GPUs switched to the EXCLUSIVE_PROCESS compute mode for the daemon (none for MIG devices)."""
     active_thread_percentage: int | None = None
     pinned_memory_limits: tuple[tuple[str, int], ...] = ()
     """(GPU UUID, bytes) pairs, sorted."""
@@ -49,6 +52,7 @@ class MpsDaemon:
         return {
             "id": self.daemon_id,
             "gpuUUIDs": list(self.gpu_uuids),
+            "exclusiveGPUs": list(self.exclusive_gpus),
             "activeThreadPercentage": self.active_thread_percentage,
             "pinnedMemoryLimits": {u: b for u, b in self.pinned_memory_limits},
             "shared": self.shared,
@@ -62,6 +66,7 @@ class MpsDaemon:
         return cls(
             daemon_id=str(raw["id"]),
             gpu_uuids=tuple(str(u) for u in raw.get("gpuUUIDs") or ()),
+            exclusive_gpus=tuple(str(u) for u in raw.get("exclusiveGPUs") or ()),
             active_thread_percentage=None if pct is None else int(pct),
             pinned_memory_limits=tuple(sorted((str(u), int(b)) for u, b in limits.items())),
             shared=bool(raw.get("shared", False)),
@@ -88,15 +93,15 @@ class TimeSlice:
 class SharingBackend(Protocol):
     """Applies sharing settings to GPUs. Every method is idempotent and raises OSError on failure."""
 
-    def set_time_slice(self, gpu: GpuInfo, interval: TimeSliceInterval) -> None:
+    def set_time_slice(self, gpu_uuid: str, interval: TimeSliceInterval) -> None:
         """Set the GPU's compute time slice (``Default`` restores the driver's default)."""
         ...
 
-    def start_mps(self, daemon: MpsDaemon, gpus: list[GpuInfo]) -> None:
+    def start_mps(self, daemon: MpsDaemon) -> None:
         """Start the daemon with its limits unless it already runs; wait until it answers."""
         ...
 
-    def stop_mps(self, daemon: MpsDaemon, gpus: list[GpuInfo]) -> None:
+    def stop_mps(self, daemon: MpsDaemon) -> None:
         """Stop the daemon if it runs, undo what starting it changed, remove its directories."""
         ...
 
@@ -105,9 +110,12 @@ class SharingBackend(Protocol):
         ...
 
 
-def claim_daemon_id(claim_uid: str, gpu_uuids: Iterable[str]) -> str:
-    """The per-claim daemon's id: ``<claim uid>-<first 8 hex of sha256 of the sorted GPU UUIDs>``."""
-    digest = hashlib.sha256(",".join(sorted(gpu_uuids)).encode()).hexdigest()[:8]
+def claim_daemon_id(claim_uid: str, devices: Iterable[str]) -> str:
+    """The per-claim daemon's id: ``<claim uid>-<first 8 hex of sha256 of the sorted device names>``.
+
+    Device names, not UUIDs, so the id is known before a MIG device is carved.
+    """
+    digest = hashlib.sha256(",".join(sorted(devices)).encode()).hexdigest()[:8]
     return f"{claim_uid}-{digest}"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dra_driver.core.gpu import GpuInfo, GpuSource
 from dra_driver.core.mig import MigBackend
+from dra_driver.core.sharing import SharingBackend
 from dra_driver.sources.fake import FakeGpuSource
 
 SIM_STATE_FILE = "mig-state.json"
@@ -52,3 +53,14 @@ def make_mig_backend(
         proc_root = state_dir / "proc"
     sim = MigSimulator(gpus, state_file=state_file, boot_id=boot_id, latency=latency_from_name(latency), proc_root=proc_root)
     return NvmlMigBackend(nvml=SimulatedNvml(sim), proc_root=proc_root or Path("/nonexistent-proc"))
+
+
+def make_sharing_backend(*, fake: bool, state_dir: Path | None, mps_root: Path, nvidia_bin_dir: Path) -> SharingBackend:
+    """How time slices and MPS daemons are applied: the simulator's records, or the NVIDIA tools."""
+    if fake:
+        from dra_driver.sources.sharing_sim import SimulatedSharing
+
+        return SimulatedSharing(state_dir or mps_root.parent / "fake-gpus", mps_root)
+    from dra_driver.sources.sharing_nvidia import NvidiaSharing
+
+    return NvidiaSharing(bin_dir=nvidia_bin_dir, mps_root=mps_root)

@@ -18,7 +18,6 @@ from pathlib import Path
 import structlog
 
 from dra_driver.core.config import TimeSliceInterval
-from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.sharing import MpsDaemon, mps_dirs
 
 log = structlog.get_logger(__name__)
@@ -59,10 +58,10 @@ class NvidiaSharing:
             raise OSError(f"{' '.join(argv)} exited {out.returncode}: {(out.stderr or out.stdout).strip()[:500]}")
         return out.stdout
 
-    def set_time_slice(self, gpu: GpuInfo, interval: TimeSliceInterval) -> None:
+    def set_time_slice(self, gpu_uuid: str, interval: TimeSliceInterval) -> None:
         """``nvidia-smi compute-policy -i <uuid> --set-timeslice=<0..3>``."""
-        self._run([str(self._smi), "compute-policy", "-i", gpu.uuid, f"--set-timeslice={_TIMESLICE_LEVEL[interval]}"])
-        log.info("time_slice_set", gpu=gpu.uuid, interval=interval.value)
+        self._run([str(self._smi), "compute-policy", "-i", gpu_uuid, f"--set-timeslice={_TIMESLICE_LEVEL[interval]}"])
+        log.info("time_slice_set", gpu=gpu_uuid, interval=interval.value)
 
     def _daemon_env(self, daemon_id: str) -> dict[str, str]:
         dirs = mps_dirs(str(self._mps_root), daemon_id)
@@ -78,15 +77,15 @@ class NvidiaSharing:
             return False
         return True
 
-    def start_mps(self, daemon: MpsDaemon, gpus: list[GpuInfo]) -> None:
+    def start_mps(self, daemon: MpsDaemon) -> None:
         """Exclusive-process compute mode, start the daemon, then set its default limits."""
         if self.mps_running(daemon.daemon_id):
             return
         dirs = mps_dirs(str(self._mps_root), daemon.daemon_id)
         for d in (dirs.pipe, dirs.log, dirs.shm):
             Path(d).mkdir(parents=True, exist_ok=True, mode=0o755)
-        for g in gpus:
-            self._run([str(self._smi), "-i", g.uuid, "-c", "EXCLUSIVE_PROCESS"])
+        for uuid in daemon.exclusive_gpus:
+            self._run([str(self._smi), "-i", uuid, "-c", "EXCLUSIVE_PROCESS"])
         env = {**self._daemon_env(daemon.daemon_id), "CUDA_VISIBLE_DEVICES": ",".join(daemon.gpu_uuids)}
         self._run([str(self._mps), "-d"], env=env)
         commands = []
@@ -97,11 +96,11 @@ class NvidiaSharing:
             self._run([str(self._mps)], env=env, stdin=cmd + "\n")
         log.info("mps_started", daemon=daemon.daemon_id, gpus=list(daemon.gpu_uuids), commands=commands)
 
-    def stop_mps(self, daemon: MpsDaemon, gpus: list[GpuInfo]) -> None:
+    def stop_mps(self, daemon: MpsDaemon) -> None:
         """``quit`` the daemon, restore the ``DEFAULT`` compute mode, remove its directories."""
         if self.mps_running(daemon.daemon_id):
             self._run([str(self._mps)], env=self._daemon_env(daemon.daemon_id), stdin="quit\n")
             log.info("mps_stopped", daemon=daemon.daemon_id)
-        for g in gpus:
-            self._run([str(self._smi), "-i", g.uuid, "-c", "DEFAULT"])
+        for uuid in daemon.exclusive_gpus:
+            self._run([str(self._smi), "-i", uuid, "-c", "DEFAULT"])
         shutil.rmtree(self._mps_root / daemon.daemon_id, ignore_errors=True)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.core.config import TimeSliceInterval
-from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.sharing import MpsDaemon, mps_dirs
 
 STATE_FILE = "sharing-state.json"
@@ -52,23 +51,23 @@ class SimulatedSharing:
                     os.fsync(f.fileno())
                 os.replace(tmp, self._file)
 
-    def set_time_slice(self, gpu: GpuInfo, interval: TimeSliceInterval) -> None:
+    def set_time_slice(self, gpu_uuid: str, interval: TimeSliceInterval) -> None:
         """Record the GPU's time slice (``Default`` removes the record: the driver default)."""
         with self._state() as s:
             if interval is TimeSliceInterval.DEFAULT:
-                s["timeSlices"].pop(gpu.uuid, None)
+                s["timeSlices"].pop(gpu_uuid, None)
             else:
-                s["timeSlices"][gpu.uuid] = interval.value
+                s["timeSlices"][gpu_uuid] = interval.value
 
-    def start_mps(self, daemon: MpsDaemon, gpus: list[GpuInfo]) -> None:
+    def start_mps(self, daemon: MpsDaemon) -> None:
         """Record the daemon and create its directories (idempotent)."""
         dirs = mps_dirs(str(self._mps_root), daemon.daemon_id)
         for d in (dirs.pipe, dirs.log, dirs.shm):
             Path(d).mkdir(parents=True, exist_ok=True, mode=0o755)
         with self._state() as s:
-            s["mps"][daemon.daemon_id] = {**daemon.to_json(), "visibleDevices": [g.uuid for g in gpus]}
+            s["mps"][daemon.daemon_id] = daemon.to_json()
 
-    def stop_mps(self, daemon: MpsDaemon, gpus: list[GpuInfo]) -> None:
+    def stop_mps(self, daemon: MpsDaemon) -> None:
         """Forget the daemon and remove its directories."""
         with self._state() as s:
             s["mps"].pop(daemon.daemon_id, None)

@@ -156,7 +156,8 @@ def _value(draw: Draw[Any], kind: str) -> Any:
     if draw(st.integers(0, 40)) == 0:
         return draw(st.sampled_from(BAD_VERSIONS))
     return draw(
-        st.sampled_from(VERSIONS) | st.builds(lambda a, b, c: f"{a}.{b}.{c}", st.integers(0, 600), st.integers(0, 99), st.integers(0, 20))
+        st.sampled_from(VERSIONS)
+        | st.builds(lambda a, b, c: f"{a}.{b}.{c}", st.integers(0, 600), st.integers(0, 99), st.integers(0, 20))
     )
 
 
@@ -376,7 +377,9 @@ class Grammar:
             lambda: self.string_test(depth),
             lambda: self.quantity_test(depth),
             lambda: self.semver_test(depth),
-            lambda: f"has({self._select(self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS, UNKNOWN_DOMAIN))), self.pick(IDS))})",
+            lambda: (
+                f"has({self._select(self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS, UNKNOWN_DOMAIN))), self.pick(IDS))})"
+            ),
             lambda: f"has({self.cap()})",
             lambda: self.optional_test(),
             lambda: self.in_test(depth),
@@ -480,7 +483,9 @@ class Grammar:
         return self.pick(
             (
                 lambda: f"{self.any_term(max(depth - 1, 0))} in {self.list_lit()}",
-                lambda: f"{cel_string(self.pick(IDS))} in {self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS, UNKNOWN_DOMAIN)))}",
+                lambda: (
+                    f"{cel_string(self.pick(IDS))} in {self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS, UNKNOWN_DOMAIN)))}"
+                ),
                 lambda: f"{cel_string(self.pick((*DRIVERS, *OTHER_DOMAINS, UNKNOWN_DOMAIN)))} in device.attributes",
                 lambda: f"{cel_string(self.pick((*DRIVERS, *OTHER_DOMAINS)))} in device.capacity",
             )
@@ -497,7 +502,9 @@ class Grammar:
                 lambda: f"size({lst}) {self.op()} {self.pick((0, 1, 3))}",
                 lambda: f"{lst}.filter(x, x != {term}).size() > 0",
                 lambda: f"{lst}.map(x, x == {term}).exists(y, y)",
-                lambda: f"{self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS)))}.exists(k, k.startsWith({cel_string(self.pick(('c', 'm', 'u')))}))",
+                lambda: (
+                    f"{self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS)))}.exists(k, k.startsWith({cel_string(self.pick(('c', 'm', 'u')))}))"
+                ),
             )
         )()
 
