@@ -55,6 +55,7 @@ PROFILES: dict[str, FakeProfile] = {
         FakeProfile("h100x8", H100_80GB, _DGX_BUSES),
         FakeProfile("a100x8", A100_40GB, _DGX_BUSES),
         FakeProfile("a100-80x8", A100_80GB, _DGX_BUSES),
+        FakeProfile("a100-80x1", A100_80GB, _DGX_BUSES[:1]),  # one GPU: sharing by capacity runs out visibly
         FakeProfile("h200x8", H200_141GB, _DGX_BUSES),
         FakeProfile("b200x8", B200, _DGX_BUSES),
         FakeProfile("l4x4", L4, _L4_BUSES),
