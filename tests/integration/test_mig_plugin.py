@@ -126,7 +126,19 @@ def _reference(p: PluginProcess, ref: tuple[str, str, str]) -> tuple[str, list[A
     return out
 
 
-@pytest.mark.parametrize("point", [p for p in PREPARE_POINTS if p != "after_mig_mode_disabled"])
+SHARING_POINTS = {"after_mps_started", "after_time_slice_set", "after_unprepare_mps_stopped", "after_unprepare_time_slice_reset"}
+# Every point a MIG claim without sharing passes (sharing points: tests/integration/test_sharing_plugin.py;
+# switching MIG off for a full GPU: its own test below).
+MIG_PREPARE_POINTS = [p for p in PREPARE_POINTS if p not in SHARING_POINTS and p != "after_mig_mode_disabled"]
+MIG_UNPREPARE_POINTS = [p for p in UNPREPARE_POINTS if p not in SHARING_POINTS]
+
+
+def test_every_fault_point_is_covered_by_a_crash_test() -> None:
+    covered = {*MIG_PREPARE_POINTS, *MIG_UNPREPARE_POINTS, "after_mig_mode_disabled", *SHARING_POINTS}
+    assert covered == set(PREPARE_POINTS) | set(UNPREPARE_POINTS)
+
+
+@pytest.mark.parametrize("point", MIG_PREPARE_POINTS)
 def test_kill_9_after_each_prepare_step_converges(mig_plugin: PluginProcess, apiserver: LocalCluster, point: str) -> None:
     ref = create_allocated_claim(apiserver, name=name(), devices=["gpu-2-mig-2g20gb-4"])
     reference = _reference(mig_plugin, ref)
@@ -150,7 +162,7 @@ def test_kill_9_after_each_prepare_step_converges(mig_plugin: PluginProcess, api
     assert [] == mig_plugin.cdi_files()
 
 
-@pytest.mark.parametrize("point", UNPREPARE_POINTS)
+@pytest.mark.parametrize("point", MIG_UNPREPARE_POINTS)
 def test_kill_9_after_each_unprepare_step_converges(mig_plugin: PluginProcess, apiserver: LocalCluster, point: str) -> None:
     ref = create_allocated_claim(apiserver, name=name(), devices=["gpu-3-mig-1g20gb-6"])
     mig_plugin.stop()
