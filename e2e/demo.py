@@ -12,11 +12,20 @@ realistic latencies), so each of its GPUs publishes the full GPU and every MIG p
 so the first-fit placements are the same on every run), and the table shows pod → claim →
 allocated MIG device → the instance the plugin carved at NodePrepareResources (profile@start,
 MIG device UUID, read from the simulator's state). Deleting the pods destroys the instances and
-turns MIG mode off again. Then everything shuts down.
+turns MIG mode off again.
+
+Third part, fractional GPUs: a third kubelet, node-c, whose plugin runs one fake 80Gi A100 with
+``--sharing consumable`` (published with allowMultipleAllocations and request policies on memory
+and computeShare). demo/consumable-20gi.yaml's four pods in two namespaces each get a 20Gi share
+of it (shareID, consumedCapacity), under the GPU's one MPS daemon with their limit as MPS client
+env; a fifth 20Gi pod stays Pending with the scheduler's reason. The time slice and MPS daemon of
+the first part's shared-claim.yaml and mps-claim.yaml are shown from the sharing simulator's
+records, and every part checks that unprepare left none behind. Then everything shuts down.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import time
@@ -27,11 +36,13 @@ from typing import Any
 
 from dra_driver.core.cdi import cdi_device_id
 from dra_driver.core.mig import MigInstance, profile_slug
+from dra_driver.core.sharing import shared_daemon_id
 from dra_driver.sources.fake import FakeGpuSource
 from dra_driver.sources.migsim import load_instances, load_modes
+from dra_driver.sources.sharing_sim import STATE_FILE, read_sharing_state
 from e2e.cluster import LocalCluster
 from e2e.helm_cli import Helm
-from e2e.manifests import apply_file, load
+from e2e.manifests import apply, apply_file, load
 from e2e.node import KubeletNode
 from e2e.plugin_process import PluginProcess
 
@@ -42,6 +53,7 @@ MIG_NODE = "node-a"
 MIG_ARGS = ("--mig", "dynamic", "--fake-mig-latency", "realistic")
 NODES = (("node-a", "h100x8", MIG_ARGS), ("node-b", "l4x4", ()))
 EXPECT_PENDING = {"unsatisfiable", "missing-attribute"}
+SHARE_NODE, SHARE_PROFILE, SHARE_ARGS = "node-c", "a100-80x1", ("--sharing", "consumable")
 
 
 def say(msg: str) -> None:
@@ -113,11 +125,11 @@ def run(workdir: Path) -> int:
             stack.callback(plugin.stop)
             plugins.append(plugin)
         say("== helm install deploy/helm/dra-gpu (DeviceClasses, RBAC, admission policy)")
-        Helm.built(workdir / "helm-home").install(c, "kubeletPlugin.enabled=false")
+        Helm.built(workdir / "helm-home").install(c, "kubeletPlugin.enabled=false", "sharing.consumable=true")
         apply_file(c, DEMO / "namespace.yaml")
         names = []
         for f in sorted(DEMO.glob("*.yaml")):
-            if f.name == "namespace.yaml" or f.name.startswith("mig-"):
+            if f.name == "namespace.yaml" or f.name.startswith(("mig-", "consumable-")):
                 continue
             say(f"   kubectl apply -f demo/{f.name}")
             apply_file(c, f)
@@ -149,6 +161,11 @@ def run(workdir: Path) -> int:
         for line in why:
             say(f"  {line}")
         say("")
+        say("Sharing applied at prepare (the simulator's records of what nvidia-smi / nvidia-cuda-mps-control would set):")
+        for pl in plugins:
+            for line in sharing_lines(pl):
+                say(f"  {pl.node}: {line}")
+        say("")
         prepared = specs_left(plugins)
         say(f"== deleting the pods: the kubelet calls NodeUnprepareResources ({prepared} claim CDI specs on disk now)")
         for pname in names:
@@ -158,9 +175,11 @@ def run(workdir: Path) -> int:
         while time.monotonic() < deadline and left > 0:
             time.sleep(0.5)
             left = specs_left(plugins)
-        say(f"   claim CDI specs left after unprepare: {left}")
-        ok = ok and left == 0
+        kept = [f"{pl.node}: {line}" for pl in plugins for line in sharing_lines(pl)]
+        say(f"   claim CDI specs left after unprepare: {left}; time slices and MPS daemons left: {len(kept)}")
+        ok = ok and left == 0 and not kept
         ok = run_mig(c, nodes[MIG_NODE], plugins[0]) and ok
+        ok = run_consumable(c, stack, workdir) and ok
         say("== shutting down")
     say("demo ok" if ok else "demo FAILED: a pod is not where it should be (see the table)")
     return 0 if ok else 1
@@ -257,6 +276,114 @@ def run_mig(c: LocalCluster, node: KubeletNode, plugin: PluginProcess) -> bool:
         f"   after {time.monotonic() - started:.1f}s: MIG instances left {len(carved(plugin))}, "
         f"GPUs in MIG mode {mig_mode_on(plugin)}, claim CDI specs left {len(plugin.cdi_files())}"
     )
+    return ok and gone
+
+
+def sharing_state(plugin: PluginProcess) -> dict[str, Any]:
+    return read_sharing_state(plugin.plugin_dir / "fake-gpus" / STATE_FILE)
+
+
+def sharing_lines(plugin: PluginProcess) -> list[str]:
+    """One line per time slice and MPS daemon the plugin's simulator records now."""
+    minor = {g.uuid: g.minor for g in FakeGpuSource(plugin.profile, plugin.node).gpus()}
+    state = sharing_state(plugin)
+    out = [f"time slice {interval} on gpu-{minor[uuid]}" for uuid, interval in sorted(state["timeSlices"].items())]
+    for daemon_id, d in sorted(state["mps"].items()):
+        limits = [f"{b >> 30}Gi pinned on gpu-{minor[u]}" for u, b in sorted(d["pinnedMemoryLimits"].items())]
+        threads = [f"{d['activeThreadPercentage']}% of the SMs"] if d["activeThreadPercentage"] else []
+        gpus = ", ".join(f"gpu-{minor[u]}" for u in d["gpuUUIDs"])
+        out.append(f"MPS daemon {daemon_id} on {gpus} ({', '.join([*threads, *limits]) or 'no default limits'})")
+    return out
+
+
+def cdi_env(plugin: PluginProcess, cdi_id: str) -> dict[str, str]:
+    """The env our CDI spec gives a container for ``cdi_id`` ({} if no spec has it)."""
+    name = cdi_id.partition("=")[2]
+    for path in sorted(plugin.cdi.glob("*.json")):
+        for d in json.loads(path.read_text()).get("devices", []):
+            if d["name"] == name:
+                return dict(e.split("=", 1) for e in d["containerEdits"].get("env", []))
+    return {}
+
+
+def run_consumable(c: LocalCluster, stack: ExitStack, workdir: Path) -> bool:
+    """The fractional-GPU part: four 20Gi shares of node-c's one 80Gi GPU from two namespaces, a fifth Pending."""
+    say("")
+    say(f"== fractional GPUs: kubelet {SHARE_NODE} and the plugin with fake {SHARE_PROFILE} {' '.join(SHARE_ARGS)}")
+    say("   (one 80Gi GPU, published with allowMultipleAllocations; DeviceClass shared.gpu.dra-gpu.dev selects it)")
+    started = time.monotonic()
+    node = stack.enter_context(KubeletNode(c, SHARE_NODE, workdir / SHARE_NODE))
+    plugin = PluginProcess(
+        workdir / f"plugin-{SHARE_NODE}",
+        kubeconfig=c.kubeconfig,
+        node=SHARE_NODE,
+        profile=SHARE_PROFILE,
+        publish=True,
+        registrar_dir=node.registrar_dir,
+        plugins_dir=node.plugins_dir,
+        extra_args=SHARE_ARGS,
+    )
+    plugin.start()
+    stack.callback(plugin.stop)
+    slices = f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={SHARE_NODE}"
+    # Registered too: a pod the kubelet sees before the driver is registered waits for the kubelet's retry (a minute).
+    registered = wait_for(lambda: any(e.get("event") == "plugin_registered" for e in plugin.logs()), 30)
+    if not (registered and wait_for(lambda: bool(c.api("GET", slices)["items"]), 30)):
+        say(f"   the plugin of {SHARE_NODE} did not register or publish; log {plugin.log}")
+        return False
+    say("   kubectl apply -f demo/consumable-20gi.yaml")
+    docs = load(DEMO / "consumable-20gi.yaml")
+    apply(c, docs)
+    four = [(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "Pod"]
+
+    def pod(ns: str, name: str) -> dict[str, Any]:
+        return c.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+
+    ok = wait_for(lambda: all(pod(ns, n)["status"].get("phase") == "Running" for ns, n in four), 60)
+    fifth = next(d for d in docs if d["kind"] == "Pod")
+    fifth["metadata"]["name"] = fifth["metadata"]["name"][:-1] + "3"
+    fifth_ns, fifth_name = fifth["metadata"]["namespace"], fifth["metadata"]["name"]
+    say(f"   and a fifth 20Gi pod, {fifth_ns}/{fifth_name}")
+    apply(c, [fifth])
+    ok = wait_for(lambda: settled(pod(fifth_ns, fifth_name)), 30) and ok
+    rows = [["POD", "STATUS", "CLAIM", "DEVICE", "SHARE ID", "CONSUMED", "CONTAINER'S MPS CLIENT LIMIT (from our CDI spec)"]]
+    for ns, name in [*four, (fifth_ns, fifth_name)]:
+        p = pod(ns, name)
+        statuses = p["status"].get("resourceClaimStatuses") or [{}]
+        claim_name = statuses[0].get("resourceClaimName") or "-"
+        results: list[dict[str, Any]] = []
+        uid = ""
+        if claim_name != "-":
+            claim = c.api("GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{claim_name}")
+            uid = claim["metadata"]["uid"]
+            results = ((claim.get("status") or {}).get("allocation") or {"devices": {"results": []}})["devices"]["results"]
+        if not results:
+            rows.append([f"{ns}/{name}", p["status"].get("phase", "?"), claim_name, "-", "-", "-", "-"])
+            continue
+        (r,) = results
+        env = cdi_env(plugin, cdi_device_id(DRIVER, uid, r["device"], r.get("shareID")))
+        consumed = ", ".join(f"{k} {v}" for k, v in sorted((r.get("consumedCapacity") or {}).items()))
+        limit = env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "-")
+        rows.append([f"{ns}/{name}", p["status"]["phase"], claim_name, f"{r['pool']}/{r['device']}", r.get("shareID") or "-",
+                     consumed, limit])  # fmt: skip
+        ok = ok and (ns, name) in four and limit.endswith("=20480M")
+    say("")
+    say(table(rows))
+    say("")
+    fifth_pod = pod(fifth_ns, fifth_name)
+    reason = next((x.get("message", "") for x in fifth_pod["status"].get("conditions", []) if x["type"] == "PodScheduled"), "")
+    say(f"   {fifth_name} is Pending (the scheduler's words): {reason}")
+    ok = ok and fifth_pod["status"].get("phase") == "Pending"
+    for line in sharing_lines(plugin):
+        say(f"   {SHARE_NODE}: {line}")
+    gpu = FakeGpuSource(SHARE_PROFILE, SHARE_NODE).gpus()[0]
+    ok = ok and list(sharing_state(plugin)["mps"]) == [shared_daemon_id(gpu)]
+    say(f"   ({time.monotonic() - started:.1f}s from starting {SHARE_NODE}); deleting the pods: the kubelet unprepares")
+    for ns, name in [*four, (fifth_ns, fifth_name)]:
+        c.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}?gracePeriodSeconds=0")
+    empty: dict[str, Any] = {"timeSlices": {}, "mps": {}}
+    gone = wait_for(lambda: not plugin.cdi_files() and sharing_state(plugin) == empty, 60)
+    say(f"   claim CDI specs left {len(plugin.cdi_files())}, MPS daemons left {len(sharing_state(plugin)['mps'])}")
     return ok and gone
 
 

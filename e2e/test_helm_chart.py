@@ -79,8 +79,19 @@ def env_of(container: Mapping[str, Any]) -> dict[str, Any]:
         ("admissionPolicy.enabled=false", "deviceClasses.mig.enabled=false", "kubeletPlugin.healthcheckPort=-1"),
         ("gpus.fake.profile=h100x8", "mig.strategy=dynamic", "gpus.fake.migLatency=zero", "kubeletPlugin.gcInterval=0"),
         ("mig.strategy=static", "controller.enabled=true", "controller.nodeName=node-a"),
+        ("gpus.fake.profile=a100-80x1", "sharing.consumable=true", "controller.enabled=true", "controller.nodeName=node-a"),
+        ("sharing.consumable=true", "mig.strategy=static"),
     ],
-    ids=["defaults", "fake-h100x8", "controller-and-status", "minimal", "mig-dynamic-fake", "mig-static-nvml"],
+    ids=[
+        "defaults",
+        "fake-h100x8",
+        "controller-and-status",
+        "minimal",
+        "mig-dynamic-fake",
+        "mig-static-nvml",
+        "consumable-fake",
+        "consumable-nvml-mig-static",
+    ],
 )
 def test_lint_strict_passes(helm: Helm, sets: tuple[str, ...]) -> None:
     """``helm lint --strict`` (warnings are errors) accepts the chart with these values."""
@@ -97,7 +108,11 @@ def test_lint_strict_passes(helm: Helm, sets: tuple[str, ...]) -> None:
         ("gpus.fake.profile=foo", "profile"),
         ("driverName=GPU_Driver", "driverName"),
         ("kubeletPlugin.healthcheckPort=70000", "healthcheckPort"),
-        ("deviceClasses.shared.timeSlicingInterval=Forever", "timeSlicingInterval"),
+        ("sharing.consumable=yes", "consumable"),
+        # Both are fine alone; together the daemons would refuse to start.
+        ("sharing.consumable=true,mig.strategy=dynamic", "at '/mig/strategy': value must be one of 'none', 'static'"),
+        # The class config of the former placeholder class is gone; the old key is an error, not ignored.
+        ("deviceClasses.shared.timeSlicingInterval=Long", "timeSlicingInterval"),
         ("kubeletPlugin.registrarDir=relative/dir", "registrarDir"),
         ("kubeletPlugin.typo=1", "typo"),
         ("controller.enabled=true", "nodeName"),
@@ -162,6 +177,7 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "DRIVER_NAME": DEFAULT_DRIVER_NAME,
         "LOG_LEVEL": "info",
         "MIG_STRATEGY": "none",
+        "SHARING": "none",
         "FAKE_GPUS": "h100x8",
         "FAKE_MIG_LATENCY": "realistic",
         "CDI_ROOT": "/var/run/cdi",
@@ -253,6 +269,42 @@ def test_mig_device_class_selects_mig_devices(helm: Helm) -> None:
     expr = classes["mig.gpu.example.org"]["spec"]["selectors"][0]["cel"]["expression"]
     assert expr == "device.driver == 'gpu.example.org' && device.attributes['gpu.example.org'].type == 'mig'"
     assert "mig.gpu.example.org" not in by_kind(helm.template("deviceClasses.mig.enabled=false"), "DeviceClass")
+
+
+def test_consumable_sharing_reaches_both_daemons_and_renders_the_shared_class(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sharing.consumable sets SHARING=consumable on the plugin and the controller (their flag parsers read it so)
+    and renders shared.<driver>, which selects this driver's devices that allow multiple allocations (and nothing
+    else: no class config)."""
+    from controller.main import parse as parse_controller
+    from kubelet_plugin.settings import parse as parse_plugin
+
+    docs = helm.template(
+        "gpus.fake.profile=a100-80x1", "sharing.consumable=true", "driverName=gpu.example.org",
+        "controller.enabled=true", "controller.nodeName=node-x",
+    )  # fmt: skip
+    (plugin,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    (ctl,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    assert env_of(plugin)["SHARING"] == env_of(ctl)["SHARING"] == "consumable"
+    monkeypatch.setenv("SHARING", "consumable")
+    monkeypatch.setenv("NODE_NAME", "node-x")
+    assert parse_plugin([]).consumable is True
+    assert parse_controller([]).consumable is True
+    shared = by_kind(docs, "DeviceClass")["shared.gpu.example.org"]
+    assert shared["spec"] == {
+        "selectors": [{"cel": {"expression": "device.driver == 'gpu.example.org' && device.allowMultipleAllocations == true"}}]
+    }
+
+    # Off (the default): GPUs are allocated whole, no daemon is told otherwise, and no class selects shares.
+    off = helm.template("controller.enabled=true", "controller.nodeName=node-x")
+    assert "shared.gpu.dra-gpu.dev" not in by_kind(off, "DeviceClass")
+    (plugin,) = by_kind(off, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    (ctl,) = by_kind(off, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    assert env_of(plugin)["SHARING"] == env_of(ctl)["SHARING"] == "none"
+    # The class can be left out while the GPUs are still published for sharing.
+    without_class = helm.template("sharing.consumable=true", "deviceClasses.shared.enabled=false")
+    assert "shared.gpu.dra-gpu.dev" not in by_kind(without_class, "DeviceClass")
 
 
 def test_controller_renders_only_when_enabled(helm: Helm) -> None:
@@ -386,11 +438,10 @@ def test_install_creates_the_cluster_objects(installed: LocalCluster) -> None:
     """``helm install`` against the real API server: every object is accepted and stored."""
     c = installed
     classes = {d["metadata"]["name"]: d for d in c.api("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]}
-    assert {DEFAULT_DRIVER_NAME, f"mig.{DEFAULT_DRIVER_NAME}", f"shared.{DEFAULT_DRIVER_NAME}"} <= set(classes)
+    assert {DEFAULT_DRIVER_NAME, f"mig.{DEFAULT_DRIVER_NAME}"} <= set(classes)
+    assert f"shared.{DEFAULT_DRIVER_NAME}" not in classes  # only with sharing.consumable
     selector = classes[DEFAULT_DRIVER_NAME]["spec"]["selectors"][0]["cel"]["expression"]
     assert selector == f"device.driver == '{DEFAULT_DRIVER_NAME}' && device.attributes['{DEFAULT_DRIVER_NAME}'].type == 'gpu'"
-    shared = classes[f"shared.{DEFAULT_DRIVER_NAME}"]["spec"]["config"][0]["opaque"]
-    assert shared["parameters"]["sharing"]["strategy"] == "TimeSlicing"
 
     role = c.api("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{PLUGIN}")
     assert {r for rule in role["rules"] for r in rule["resources"]} == {"resourceclaims", "resourceslices", "nodes", "events"}
@@ -484,16 +535,22 @@ def test_rbac_denies_what_the_plugin_does_not_need(installed: LocalCluster) -> N
 
 
 def test_second_release_with_everything_on_then_uninstall(helm: Helm, installed: LocalCluster) -> None:
-    """A second driver beside the first: controller and device status on, its policy enforced, uninstall removes it all."""
+    """A second driver beside the first: controller, device status and consumable sharing on, its policy enforced,
+    uninstall removes it all."""
     c, kubeconfig = installed, str(installed.kubeconfig)
     release, namespace, driver = "other", "dra-gpu-other", "gpu.other.example"
     helm.run(
         "install", release, str(CHART), "--kubeconfig", kubeconfig, "--wait=hookOnly",
         "--namespace", namespace, "--create-namespace",
         "--set", f"driverName={driver}", "--set", "gpus.fake.profile=l4x4", "--set", "deviceStatus.enabled=true",
-        "--set", "controller.enabled=true", "--set", "controller.nodeName=node-ctl",
+        "--set", "controller.enabled=true", "--set", "controller.nodeName=node-ctl", "--set", "sharing.consumable=true",
     )  # fmt: skip
     prefix = "other-dra-gpu"
+    # The API server compiled the shared class's selector: allowMultipleAllocations is in its CEL environment
+    # (DRAConsumableCapacity); a field it does not know would have failed the install.
+    shared = c.api("GET", f"/apis/resource.k8s.io/v1/deviceclasses/shared.{driver}")
+    expression = shared["spec"]["selectors"][0]["cel"]["expression"]
+    assert expression == f"device.driver == '{driver}' && device.allowMultipleAllocations == true"
     c.api("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{prefix}-controller")
     role = c.api("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{prefix}-kubelet-plugin")
     (driver_rule,) = [r for r in role["rules"] if r["resources"] == ["resourceclaims/driver"]]
@@ -550,7 +607,7 @@ def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.
     assert (s.healthcheck_port, s.log_level, s.publish_slices) == (6000, "debug", True)
     assert str(s.plugin_dir) == "/var/lib/kubelet/plugins/gpu.example.org"
     assert (str(s.registrar_dir), str(s.cdi_root)) == ("/var/lib/kubelet/plugins_registry", "/var/run/cdi")
-    assert (s.mig, s.fake_mig_latency, s.gc_interval_s) == (MigStrategy.DYNAMIC, "zero", 30.0)
+    assert (s.mig, s.fake_mig_latency, s.gc_interval_s, s.consumable) == (MigStrategy.DYNAMIC, "zero", 30.0, False)
     # The simulated GPUs' state lives in the plugin dir, a host path: it survives a plugin restart.
     assert str(s.fake_gpu_state_dir) == "/var/lib/kubelet/plugins/gpu.example.org/fake-gpus"
 
@@ -562,6 +619,7 @@ def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.
     cs = parse_controller([])
     assert (cs.node_name, cs.driver_name, cs.fake_gpus, cs.log_level) == ("node-ctl", "gpu.example.org", "b200x8", "debug")
     assert cs.mig is MigStrategy.DYNAMIC
+    assert cs.consumable is False
 
 
 def test_plugin_publishes_with_only_the_charts_permissions(helm: Helm, installed: LocalCluster, tmp_path: Path) -> None:

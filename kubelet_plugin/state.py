@@ -439,9 +439,9 @@ class DeviceState:
         with self._locked():
             entries = dict(self._store.load().checkpoint.claims)
         gone: set[str] = set()
-        for uid, entry in entries.items():
+        for uid, seen in entries.items():
             try:
-                obj = self._claims.get_claim(entry.namespace, entry.name)
+                obj = self._claims.get_claim(seen.namespace, seen.name)
             except Exception as err:  # noqa: BLE001 - only a definite "not found" counts
                 if getattr(err, "not_found", False):
                     gone.add(uid)
@@ -465,9 +465,9 @@ class DeviceState:
                     log.warning(
                         "claim_gone_unprepared",
                         claim_uid=uid,
-                        namespace=entry.namespace,
-                        claim=entry.name,
-                        state=entry.state.value,
+                        namespace=current.namespace,
+                        claim=current.name,
+                        state=current.state.value,
                     )
                 except (MigError, OSError) as err:
                     log.error("gc_unprepare_failed", claim_uid=uid, error=str(err))

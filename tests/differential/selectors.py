@@ -146,14 +146,14 @@ class DeviceSpec:
     caps: list[Attr] = field(default_factory=list)
 
 
-def _value(draw: Draw[Any], kind: str) -> Any:
+def _value(draw: Draw[Any], kind: str, *, bad_ok: bool = False) -> Any:
     if kind == "int":
         return draw(st.sampled_from(INTS) | st.integers(-(10**6), 10**6))
     if kind == "bool":
         return draw(st.booleans())
     if kind == "string":
         return draw(st.sampled_from(STRINGS) | st.text(alphabet="abcXYZ019 -._/ä", max_size=10))
-    if draw(st.integers(0, 40)) == 0:
+    if bad_ok and draw(st.integers(0, 40)) == 0:
         return draw(st.sampled_from(BAD_VERSIONS))
     return draw(
         st.sampled_from(VERSIONS)
@@ -185,9 +185,11 @@ def devices(draw: Draw[Any], driver: str | None = None, name: str = "dev") -> De
     drv = driver or draw(st.sampled_from(DRIVERS))
     spec = DeviceSpec(drv, {"name": name})
     attributes: dict[str, Any] = {}
+    bad_version = False  # at most one unparsable version: Go reports the first in random map order
     for pub, domain, ident in _names(draw, drv, draw(st.integers(0, 8)), set()):
         kind = draw(st.sampled_from(KINDS))
-        value = _value(draw, kind)
+        value = _value(draw, kind, bad_ok=not bad_version)
+        bad_version = bad_version or (kind == "version" and value in BAD_VERSIONS)
         attributes[pub] = {kind: value}
         spec.attrs.append(Attr(pub, domain, ident, kind, value))
     capacity: dict[str, Any] = {}
@@ -391,6 +393,8 @@ class Grammar:
             lambda: f"device.allowMultipleAllocations == {self.pick(('true', 'false'))}",
             lambda: f"device.driver == {cel_string(self.pick((*DRIVERS, 'x')))}",
             lambda: self.list_test(depth),
+            lambda: self.misc_test(depth),
+            lambda: self.misc_test(depth),
         ]
         if depth <= 0:
             return self.pick(leaf)()
@@ -507,6 +511,145 @@ class Grammar:
                 ),
             )
         )()
+
+    def regex(self) -> str:
+        """A CEL string literal holding an RE2 pattern: mostly valid, sometimes not, sometimes Python-only."""
+        if self.chance(3):
+            return cel_string(self.pick(REGEXES))
+        return cel_string(self.re_alt(2))
+
+    def re_alt(self, depth: int) -> str:
+        parts = [self.re_seq(depth) for _ in range(self.draw(st.integers(1, 2)))]
+        return "|".join(parts)
+
+    def re_seq(self, depth: int) -> str:
+        return "".join(self.re_item(depth) for _ in range(self.draw(st.integers(1, 3))))
+
+    def re_item(self, depth: int) -> str:
+        atoms = [
+            lambda: self.pick(("a", "b", "X", "0", "9", "-", "_", ".", " ", "ä", "\\.", "\\-", "/")),
+            lambda: self.pick(("\\d", "\\D", "\\w", "\\W", "\\s", "\\S", "\\b", "\\B", "\\pL", "\\p{Lu}", "\\PN")),
+            lambda: self.pick(("^", "$", "\\A", "\\z")),
+            lambda: (
+                "[" + self.pick(("a-z", "^0-9", "A-Z0-9_", "[:alpha:]", "[:^digit:]", "\\d.", "-a", "a-", "]x", "\\w\\s")) + "]"
+            ),
+            lambda: self.pick(("(?i)", "(?s)", "(?m)", "(?U)", "(?i:x)", "(?-i)", "(?i-s:y)", "(?-)", "(?z)")),
+            lambda: self.pick(
+                (
+                    "(?=a)",
+                    "(?!a)",
+                    "(?<=a)",
+                    "\\1",
+                    "(a)\\1",
+                    "[z-a]",
+                    "a**",
+                    "a{2,1}",
+                    "a{1001}",
+                    "(",
+                    ")",
+                    "[a",
+                    "\\",
+                    "\\Z",
+                    "\\p{Greek}",
+                    "\\p{Foo}",
+                    "x{3}",
+                    "\\x41",
+                    "\\x{263a}",
+                    "\\Q.*\\E",
+                    "\\C",
+                    "(?P<n>a)",
+                    "(?<n>a)",
+                    "(?P=n)",
+                )
+            ),
+        ]
+        if depth > 0:
+            atoms.append(lambda: "(" + self.pick(("", "?:", "?i:", "?P<g>")) + self.re_alt(depth - 1) + ")")
+        out = self.pick(atoms)()
+        if self.chance(3):
+            out += self.pick(("*", "+", "?", "*?", "+?", "{2}", "{1,3}", "{0,}", "{2,}?"))
+        return out
+
+    def misc_test(self, depth: int) -> str:  # noqa: C901
+        d = max(depth - 1, 0)
+        s = self.string(d)
+        lst = self.list_lit()
+        return self.pick(
+            (
+                lambda: f"{s}.matches({self.regex()})",
+                lambda: f"matches({s}, {self.regex()})",
+                lambda: f"{s}.find({self.regex()}) {self.pick(('==', '!='))} {self.string(0)}",
+                lambda: f"{s}.findAll({self.regex()}).size() {self.op()} {self.pick((0, 1, 2))}",
+                lambda: f"{s}.findAll({self.regex()}, {self.pick((-1, 0, 1, 2))}) == {self.list_lit()}",
+                lambda: f"{s}.matches({s})",
+                lambda: (
+                    f"int({cel_string(self.pick(('42', '-7', '+3', ' 1', '1_0', '9223372036854775808', '0x10', 'x')))}) {self.op()} {self.int_(0)}"
+                ),
+                lambda: f"uint({cel_string(self.pick(('42', '-1', '+3', '18446744073709551616', 'x')))}) {self.op()} 3u",
+                lambda: (
+                    f"double({cel_string(self.pick(('1.5', '1e3', 'inf', '-Infinity', 'NaN', '1e400', '0x1p-2', '1_0', '.5', 'x')))}) {self.op()} {self.number(0)}"
+                ),
+                lambda: f"bool({cel_string(self.pick(('true', 'True', 'TRUE', 't', '1', 'yes', 'F', '0')))})",
+                lambda: f"string({self.any_term(0)}) {self.pick(('==', '!=', '<'))} {self.string(0)}",
+                lambda: (
+                    f"type({self.any_term(d)}) == {self.pick(('int', 'uint', 'double', 'string', 'bool', 'list', 'map', 'bytes', 'null_type', 'type'))}"
+                ),
+                lambda: f"dyn({self.any_term(d)}) {self.op()} {self.any_term(0)}",
+                lambda: f"{self.attr()}.includes({self.any_term(0)})",
+                lambda: f"{lst}.includes({self.any_term(0)})",
+                lambda: f"{s}.trim() {self.op()} {self.string(0)}",
+                lambda: f"{s}.replace({self.string(0)}, {self.string(0)}, {self.pick((-1, 0, 1, 2))}) == {self.string(0)}",
+                lambda: f"{s}.split({self.string(0)}, {self.pick((-1, 0, 1, 2))}).size() {self.op()} {self.pick((0, 1, 2))}",
+                lambda: f"strings.quote({s}) {self.op()} {self.string(0)}",
+                lambda: f"{lst}.sort() == {self.list_lit()}",
+                lambda: f"{lst}.distinct().size() {self.op()} {self.pick((0, 1, 2))}",
+                lambda: f"{lst}.reverse() == {self.list_lit()}",
+                lambda: f"{lst}.slice({self.pick((0, 1, 2, -1))}, {self.pick((0, 1, 3))}).size() > 0",
+                lambda: f"[{lst}, {self.list_lit()}].flatten().size() {self.op()} {self.pick((0, 2, 4))}",
+                lambda: f"lists.range({self.pick((0, 3, -1))}).size() {self.op()} {self.pick((0, 3))}",
+                lambda: f"{lst}.isSorted()",
+                lambda: f"{lst}.{self.pick(('sum', 'min', 'max'))}() {self.op()} {self.any_term(0)}",
+                lambda: f"{lst}.{self.pick(('indexOf', 'lastIndexOf'))}({self.any_term(0)}) {self.op()} {self.pick((-1, 0, 1))}",
+                lambda: f"{lst}.{self.pick(('first', 'last'))}().orValue({self.any_term(0)}) {self.op()} {self.any_term(0)}",
+                lambda: f"sets.{self.pick(('contains', 'equivalent', 'intersects'))}({lst}, {self.list_lit()})",
+                lambda: (
+                    f"{self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS)))}.{self.pick(('all', 'exists', 'existsOne'))}(k, v, {self.two_var_body()})"
+                ),
+                lambda: f"{lst}.{self.pick(('all', 'exists', 'exists_one'))}(i, v, v {self.op()} i)",
+                lambda: f"{lst}.transformList(i, v, {self.pick(('v', 'i', 'v == i'))}).size() {self.op()} {self.pick((0, 1, 2))}",
+                lambda: (
+                    f"{self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS)))}[?{cel_string(self.pick(IDS))}].orValue({self.any_term(0)}) {self.op()} {self.any_term(0)}"
+                ),
+                lambda: f"{lst}[?{self.pick((0, 1, 5, -1))}].hasValue()",
+                lambda: (
+                    f"optional.{self.pick(('of', 'ofNonZeroValue'))}({self.any_term(0)}).{self.pick(('hasValue()', 'orValue(1) == 1', 'value() == 0'))}"
+                ),
+                lambda: f"optional.none().or(optional.of({self.any_term(0)})).hasValue()",
+                lambda: (
+                    f"{{{cel_string('a')}: {self.any_term(0)}, {cel_string('b')}: {self.any_term(0)}}}[{self.pick((cel_string('a'), cel_string('c'), '1'))}] {self.op()} {self.any_term(0)}"
+                ),
+                lambda: (
+                    f"{{1: {self.any_term(0)}, 2u: {self.any_term(0)}}}[{self.pick(('1', '2', '1.0', '2u', '3'))}] {self.op()} {self.any_term(0)}"
+                ),
+                lambda: f"b{cel_string(self.pick(('', 'a', 'ä')))} {self.op()} b{cel_string(self.pick(('', 'a', 'b')))}",
+                lambda: f"size(b{cel_string(self.pick(('', 'a', 'ä')))}) {self.op()} {self.pick((0, 1, 2))}",
+                lambda: f"{self.number(d)} {self.pick(('+', '-', '*', '/', '%'))} {self.number(d)} {self.op()} {self.number(0)}",
+                lambda: f"{s} {self.op()} {self.string(0)}",
+                lambda: f"{s} + {self.any_term(0)} == {self.string(0)}",
+            )
+        )()
+
+    def two_var_body(self) -> str:
+        return self.pick(
+            (
+                "k.startsWith('c')",
+                "v == 132",
+                "k != '' && v != null",
+                "type(v) == int",
+                "v",
+                "string(v) == k",
+            )
+        )
 
     def bind(self, depth: int) -> str:
         domain = self.pick((self.dev.driver, *OTHER_DOMAINS, UNKNOWN_DOMAIN))

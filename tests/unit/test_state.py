@@ -15,6 +15,7 @@ from dra_driver.core.config import API_VERSION
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore
 from dra_driver.sources.fake import FakeGpuSource
+from dra_driver.sources.sharing_sim import SimulatedSharing, read_sharing_state
 from kubelet_plugin.state import ClaimRef, DeviceState
 from tests.claimdata import DRIVER, allocated_claim, new_uid
 
@@ -37,11 +38,14 @@ class Claims:
             raise LookupError(f"claim {namespace}/{name} not found") from None
 
 
-def make_state(tmp_path: Path, claims: Claims, boot: str = "boot-1", profile: str = "h100x8") -> DeviceState:
+def make_state(
+    tmp_path: Path, claims: Claims, boot: str = "boot-1", profile: str = "h100x8", *, sharing: bool = True
+) -> DeviceState:
     s = DeviceState(
         driver=DRIVER,
         node_name="node-a",
         gpus=FakeGpuSource(profile, "node-a").gpus(),
+        sharing=SimulatedSharing(tmp_path / "fake-gpus", tmp_path / "mps") if sharing else None,
         claims=claims,
         cdi=CdiStore(tmp_path / "cdi", DRIVER),
         checkpoints=CheckpointStore(tmp_path / "plugin", boot),
@@ -90,27 +94,42 @@ def test_prepare_twice_returns_the_same_answer_and_restores_a_lost_cdi_file(tmp_
     assert any(e["event"] == "cdi_spec_recreated" and e["claim_uid"] == ref.uid for e in logs)
 
 
-def test_time_slicing_config_is_recorded_and_exposed(tmp_path: Path) -> None:
-    """The interval reaches the container's env."""
-    cfg = [
-        {
-            "source": "FromClaim",
-            "requests": [],
-            "opaque": {
-                "driver": DRIVER,
-                "parameters": {
-                    "apiVersion": API_VERSION,
-                    "kind": "GpuConfig",
-                    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
-                },
+TIME_SLICED = [
+    {
+        "source": "FromClaim",
+        "requests": [],
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {
+                "apiVersion": API_VERSION,
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
             },
-        }
-    ]
+        },
+    }
+]
+
+
+def test_time_slicing_without_a_sharing_backend_is_a_clear_claim_error(tmp_path: Path) -> None:
     claims = Claims()
-    ref = claims.add(allocated_claim(config=cfg))
-    make_state(tmp_path, claims).prepare([ref])
+    ref = claims.add(allocated_claim(config=TIME_SLICED))
+    err = make_state(tmp_path, claims, sharing=False).prepare([ref])[ref.uid].error
+    assert "the claim asks for GPU sharing, but this plugin runs without a sharing backend" == err
+    assert [] == cdi_files(tmp_path)
+
+
+def test_time_slicing_config_is_recorded_and_exposed(tmp_path: Path) -> None:
+    """The interval reaches the container's env and the GPU, and is reset at unprepare."""
+    claims = Claims()
+    ref = claims.add(allocated_claim(config=TIME_SLICED))
+    state = make_state(tmp_path, claims)
+    state.prepare([ref])
     env = json.loads(next((tmp_path / "cdi").iterdir()).read_text())["devices"][0]["containerEdits"]["env"]
     assert {"GPU_DEVICE_GPU_0_SHARING_STRATEGY=TimeSlicing", "GPU_DEVICE_GPU_0_TIMESLICE_INTERVAL=Long"} <= set(env)
+    gpu0 = FakeGpuSource("h100x8", "node-a").gpus()[0].uuid
+    assert {gpu0: "Long"} == read_sharing_state(tmp_path / "fake-gpus" / "sharing-state.json")["timeSlices"]
+    assert "" == state.unprepare([ref])[ref.uid]
+    assert {} == read_sharing_state(tmp_path / "fake-gpus" / "sharing-state.json")["timeSlices"]
 
 
 @pytest.mark.parametrize(

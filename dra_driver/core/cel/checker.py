@@ -291,19 +291,27 @@ class Checker:
         range_type = substitute(self.mapping, self.type(e.iter_range), False)
         accu_type = self.type(e.accu_init)
         self.scopes.append({e.accu_var: accu_type})
-        if range_type.kind in (LIST_KIND, MAP_KIND):
+        var2_type = DYN
+        if range_type.kind == LIST_KIND:
             var_type = range_type.params[0]
+            if e.iter_var2:
+                var_type, var2_type = INT, var_type
+        elif range_type.kind == MAP_KIND:
+            var_type, var2_type = range_type.params[0], range_type.params[1]
         elif range_type.kind in ("dyn", ERROR_KIND, TYPE_PARAM_KIND):
             self.is_assignable(DYN, range_type)
-            var_type = DYN
+            var_type = var2_type = DYN
         else:
             self.error(
                 e.iter_range,
                 f"expression of type '{format_type(range_type)}' cannot be range of a comprehension "
                 "(must be list, map, or dynamic)",
             )
-            var_type = ERROR
-        self.scopes.append({e.iter_var: var_type})
+            var_type = var2_type = ERROR
+        scope = {e.iter_var: var_type}
+        if e.iter_var2:
+            scope[e.iter_var2] = var2_type
+        self.scopes.append(scope)
         self.check(e.loop_condition)
         self.assert_type(e.loop_condition, BOOL)
         self.check(e.loop_step)

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.core.cel.compiler import COST_LIMIT, CompileError, Plan, RuntimeBudget, compile_expression, fmt_type
-from dra_driver.core.cel.quantity import QuantityError, parse_quantity
-from dra_driver.core.cel.semver import SemverError, parse_semver
-from dra_driver.core.cel.values import DomainMap, EvalError, type_name
+from dra_driver.core.cel.compiler import BUDGET, COST_LIMIT, CompileError, Plan, RuntimeBudget, compile_expression
+from dra_driver.core.cel.quantity import Quantity, QuantityError, parse_quantity
+from dra_driver.core.cel.semver import Semver, SemverError, parse_semver
+from dra_driver.core.cel.values import CelType, DomainMap, EvalError, Optional, Panic, Uint, type_name
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength
 MAX_COST = COST_LIMIT  # resourceapi.CELSelectorExpressionMaxCost, estimated (validation) and actual (scheduling)
@@ -63,17 +63,46 @@ class CompiledSelector:
         """Evaluate against a prepared ``device`` value (see :func:`device_value`)."""
         budget = RuntimeBudget(cost_limit)
         try:
-            result = self.plan({"device": value, "@budget": budget})
+            result = self.plan({"device": value, BUDGET: budget})
         except EvalError as err:
             raise CelRuntimeError(str(err)) from None
+        except Panic as err:
+            raise CelRuntimeError(f"internal error: {err}") from None
         except RecursionError:
             raise CelRuntimeError("max recursion depth exceeded") from None
         if type(result) is not bool:
-            t = type_name(result)
-            raise CelRuntimeError(
-                f"CEL result of type {t} could not be converted to bool: type conversion error from '{t}' to 'bool'"
-            )
+            raise CelRuntimeError(f"CEL result of type {type_name(result)} could not be converted to bool: {_not_bool(result)}")
         return result
+
+
+def _not_bool(v: Any) -> str:  # noqa: PLR0911
+    """cel-go's ``ConvertToNative(bool)`` error for a value of each type."""
+    t = type(v)
+    if t is int:
+        return "unsupported type conversion from 'int' to bool"
+    if t is Uint:
+        return "unsupported type conversion from 'uint' to bool"
+    if t is float:
+        return "type conversion error from Double to 'bool'"
+    if t is str:
+        return "unsupported native conversion from string to 'bool'"
+    if t is bytes:
+        return "type conversion error from Bytes to 'bool'"
+    if t is list:
+        return "type conversion error from list to 'bool'"
+    if isinstance(v, dict):
+        return "type conversion error from map to 'bool'"
+    if v is None:
+        return "type conversion error from 'null_type' to 'bool'"
+    if t is Quantity:
+        return "type conversion error from 'Quantity' to 'bool'"
+    if t is Semver:
+        return "type conversion error from 'Semver' to 'bool'"
+    if t is Optional:
+        return _not_bool(v.value) if v.has else "optional.none() dereference"
+    if t is CelType:
+        return "type conversion not supported for 'type'"
+    return f"type conversion error from '{type_name(v)}' to 'bool'"
 
 
 _cache: dict[str, CompiledSelector | CelCompileError] = {}
@@ -91,13 +120,10 @@ def compile_selector(expression: str) -> CompiledSelector:
     if hit is None:
         try:
             rtype, plan, cost = compile_expression(expression)
-            if rtype not in ("bool", "any"):
-                raise CompileError(f"must evaluate to bool or the unknown type, not {fmt_type(rtype)}")  # noqa: TRY301
-            hit = CompiledSelector(expression, fmt_type(rtype), cost, plan)
+            hit = CompiledSelector(expression, rtype, cost, plan)
         except CompileError as err:
-            msg = str(err)
-            prefix = "" if msg.startswith("must evaluate") else "compilation failed: "
-            hit = CelCompileError(prefix + msg)
+            prefix = {"check": "compilation failed: ", "result": "", "plan": "program instantiation failed: "}[err.stage]
+            hit = CelCompileError(prefix + str(err))
         with _cache_lock:
             _cache[expression] = hit
     if isinstance(hit, CelCompileError):

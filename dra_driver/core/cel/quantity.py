@@ -37,13 +37,14 @@ def _int32_wrap(v: int) -> int:
 class Quantity:
     """An exact quantity: ``value = unscaled * 10**exp``; ``small`` marks apimachinery's int64 form."""
 
-    __slots__ = ("exp", "format", "small", "unscaled")
+    __slots__ = ("exp", "format", "ptr", "small", "unscaled")
 
-    def __init__(self, unscaled: int, exp: int, *, small: bool, fmt: str = "DecimalSI") -> None:
+    def __init__(self, unscaled: int, exp: int, *, small: bool, fmt: str = "DecimalSI", ptr: bool = False) -> None:
         self.unscaled = unscaled
         self.exp = exp
         self.small = small
         self.format = fmt
+        self.ptr = ptr  # CEL's add()/sub() return a pointer value, which compares differently (see values.equal)
 
     # -- value -------------------------------------------------------------------------------
     def fraction(self) -> Fraction:

@@ -13,6 +13,8 @@ cel-go, where it is a parse error.
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,7 +94,7 @@ class CreateMap(Expr):
 
 @dataclass(eq=False, slots=True)
 class Comprehension(Expr):
-    """A fold, as the macros expand to."""
+    """A fold, as the macros expand to; ``iter_var2`` is set by the two-variable macros."""
 
     iter_var: str
     iter_range: Expr
@@ -101,6 +103,7 @@ class Comprehension(Expr):
     loop_condition: Expr
     loop_step: Expr
     result: Expr
+    iter_var2: str = ""
 
 
 @dataclass(slots=True)
@@ -464,16 +467,55 @@ class Builder:
                 Ident(self.nid(), at, var.name),
                 args[2],
             )
-        if (name in ("all", "exists", "existsOne", "exists_one") and n == 3) or name in (
-            "transformList",
-            "transformMap",
-            "transformMapEntry",
-            "optMap",
-            "optFlatMap",
-            "sortBy",
-        ):
+        if name in ("all", "exists", "existsOne", "exists_one") and n == 3:
+            return self.quantifier2(at, name, target, args)
+        if name in ("transformList", "transformMap", "transformMapEntry") and n in (3, 4):
+            return self.transform2(at, name, target, args)
+        if name in ("optMap", "optFlatMap", "sortBy") and n == 2:
             return self.error(at, f"the {name}() macro is not supported by dra-gpu's CEL environment")
         return None
+
+    def _iter_vars(self, a0: Expr, a1: Expr) -> tuple[str, str] | Expr:
+        if not isinstance(a0, Ident):
+            return self.error(a0.offset, "argument must be a simple name")
+        if not isinstance(a1, Ident):
+            return self.error(a1.offset, "argument must be a simple name")
+        if a0.name == a1.name:
+            return self.error(a1.offset, f"duplicate variable name: {a0.name}")
+        if a0.name in (ACCU, "__result__"):
+            return self.error(a0.offset, "iteration variable overwrites accumulator variable")
+        if a1.name in (ACCU, "__result__"):
+            return self.error(a1.offset, "iteration variable overwrites accumulator variable")
+        return a0.name, a1.name
+
+    def quantifier2(self, at: int, name: str, target: Expr, args: list[Expr]) -> Expr:
+        names = self._iter_vars(args[0], args[1])
+        if isinstance(names, Expr):
+            return names
+        one = self.quantifier(at, {"existsOne": "exists_one"}.get(name, name), target, [Ident(self.nid(), at, names[0]), args[2]])
+        assert isinstance(one, Comprehension)
+        one.iter_var2 = names[1]
+        return one
+
+    def transform2(self, at: int, name: str, target: Expr, args: list[Expr]) -> Expr:
+        names = self._iter_vars(args[0], args[1])
+        if isinstance(names, Expr):
+            return names
+        fn = args[-1]
+        init: Expr
+        step: Expr
+        if name == "transformList":
+            init = CreateList(self.nid(), at, [])
+            step = Call(self.nid(), at, "_+_", None, [self.accu(at), CreateList(self.nid(), at, [fn])])
+        else:
+            init = CreateMap(self.nid(), at, [])
+            insert_args = [self.accu(at), Ident(self.nid(), at, names[0]), fn] if name == "transformMap" else [self.accu(at), fn]
+            step = Call(self.nid(), at, "cel.@mapInsert", None, insert_args)
+        if len(args) == 4:
+            step = Call(self.nid(), at, "_?_:_", None, [args[2], step, self.accu(at)])
+        return Comprehension(
+            self.nid(), at, names[0], target, ACCU, init, Literal(self.nid(), at, True), step, self.accu(at), names[1]
+        )
 
     def _iter_var(self, arg: Expr, message: str) -> str | Expr:
         if not isinstance(arg, Ident):
@@ -543,3 +585,48 @@ def to_ast(tree: lark.Tree[Any], blanked: str, selects: set[int], indexes: set[i
     if b.issues:
         raise SyntaxIssue(b.issues)
     return e
+
+
+_LOOSE_FLOAT = '/-?/ DIGIT+ "." DIGIT* EXPONENT? | '
+
+
+def _keyword_literal(tok: lark.Token) -> lark.Token:
+    """``true``/``false`` lex as identifiers; retype them in place so they keep their position."""
+    if tok.value in ("true", "false"):
+        tok.type = "BOOL_LIT"
+    return tok
+
+
+@functools.cache
+def _lark() -> lark.Lark:
+    """A Lark parser for cel-python's published CEL grammar (built once)."""
+    grammar = importlib.resources.files("celpy").joinpath("cel.lark").read_text(encoding="utf-8")
+    # cel-python lexes "1." as a float, so "1.size()" fails to parse; in CEL (and cel-go) a float
+    # needs a digit after the point, and "1.f()" is a call on the int 1.
+    grammar = grammar.replace(_LOOSE_FLOAT, "")
+    return lark.Lark(
+        grammar,
+        parser="lalr",
+        start="expr",
+        g_regex_flags=re.M,
+        lexer_callbacks={"IDENT": _keyword_literal},
+        propagate_positions=True,
+        maybe_placeholders=False,
+        priority="invert",
+    )
+
+
+def parse(text: str) -> Expr:
+    """Parse ``text`` into an expression tree; raises :class:`SyntaxIssue`."""
+    blanked, selects, indexes = blank_optional_syntax(text)
+    try:
+        tree = _lark().parse(blanked)
+    except lark.exceptions.UnexpectedInput as err:
+        pos = getattr(err, "pos_in_stream", None)
+        if pos is None:
+            pos = len(text)
+        context = err.get_context(blanked).splitlines()[0].strip() if blanked else ""
+        raise SyntaxIssue([Issue(min(int(pos), len(text)), f"Syntax error: {context or 'unexpected input'}")]) from None
+    except lark.exceptions.LarkError as err:
+        raise SyntaxIssue([Issue(0, f"Syntax error: {str(err).splitlines()[0]}")]) from None
+    return to_ast(tree, blanked, selects, indexes)

@@ -18,6 +18,7 @@ ANY_KIND = "any"
 BOOL_KIND = "bool"
 BYTES_KIND = "bytes"
 DOUBLE_KIND = "double"
+DURATION_KIND = "duration"
 DYN_KIND = "dyn"
 ERROR_KIND = "error"
 INT_KIND = "int"
@@ -27,6 +28,7 @@ NULL_KIND = "null_type"
 OPAQUE_KIND = "opaque"
 STRING_KIND = "string"
 STRUCT_KIND = "struct"
+TIMESTAMP_KIND = "timestamp"
 TYPE_KIND = "type"
 TYPE_PARAM_KIND = "type_param"
 UINT_KIND = "uint"
@@ -62,6 +64,8 @@ UINT = Type(UINT_KIND, "uint")
 STRING = Type(STRING_KIND, "string")
 NULL = Type(NULL_KIND, "null_type")
 ERROR = Type(ERROR_KIND, "*error*")
+TIMESTAMP = Type(TIMESTAMP_KIND, "google.protobuf.Timestamp")
+DURATION = Type(DURATION_KIND, "google.protobuf.Duration")
 QUANTITY = Type(OPAQUE_KIND, "kubernetes.Quantity")
 SEMVER = Type(OPAQUE_KIND, "kubernetes.Semver")
 DEVICE = Type(STRUCT_KIND, "kubernetes.DRADevice")
@@ -222,7 +226,7 @@ def _valid_substitution(m: Mapping, t1: Type, t2: Type) -> tuple[bool, bool]:
 
 
 def _nullable(t: Type) -> bool:
-    return t.kind in (OPAQUE_KIND, STRUCT_KIND, ANY_KIND) or _type_assignable_from(t, NULL)
+    return t.kind in (OPAQUE_KIND, STRUCT_KIND, ANY_KIND, DURATION_KIND, TIMESTAMP_KIND) or _type_assignable_from(t, NULL)
 
 
 def _assignable(m: Mapping, t1: Type, t2: Type) -> bool:
@@ -241,7 +245,18 @@ def _assignable(m: Mapping, t1: Type, t2: Type) -> bool:
         return _nullable(t2)
     if t2.kind == NULL_KIND:
         return _nullable(t1)
-    if t1.kind in (BOOL_KIND, BYTES_KIND, DOUBLE_KIND, INT_KIND, STRING_KIND, UINT_KIND, ANY_KIND, STRUCT_KIND):
+    if t1.kind in (
+        BOOL_KIND,
+        BYTES_KIND,
+        DOUBLE_KIND,
+        INT_KIND,
+        STRING_KIND,
+        UINT_KIND,
+        ANY_KIND,
+        DURATION_KIND,
+        TIMESTAMP_KIND,
+        STRUCT_KIND,
+    ):
         return _type_assignable_from(t2, t1)
     if t1.kind == TYPE_KIND:
         return t2.kind == TYPE_KIND
@@ -286,7 +301,7 @@ def substitute(m: Mapping, t: Type, params_to_dyn: bool) -> Type:
 
 def format_type(t: Type) -> str:
     """``FormatCELType``: how checker issues print a type."""
-    special = {ANY_KIND: "any", ERROR_KIND: "!error!", NULL_KIND: "null"}
+    special = {ANY_KIND: "any", ERROR_KIND: "!error!", NULL_KIND: "null", DURATION_KIND: "duration", TIMESTAMP_KIND: "timestamp"}
     if t.kind in special:
         return special[t.kind]
     if t.kind == TYPE_PARAM_KIND:

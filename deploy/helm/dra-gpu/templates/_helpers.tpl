@@ -90,6 +90,11 @@ left to the caller: the plugin takes it from the downward API, the controller fr
   value: {{ .Values.logLevel | quote }}
 - name: MIG_STRATEGY
   value: {{ .Values.mig.strategy | quote }}
+{{- if and .Values.sharing.consumable (eq .Values.mig.strategy "dynamic") }}
+{{- fail "sharing.consumable cannot be combined with mig.strategy dynamic: a GPU is either carved into MIG devices or shared by capacity" }}
+{{- end }}
+- name: SHARING
+  value: {{ ternary "consumable" "none" .Values.sharing.consumable | quote }}
 {{- with .Values.gpus.fake.profile }}
 - name: FAKE_GPUS
   value: {{ . | quote }}
