@@ -124,6 +124,9 @@ def run(workdir: Path) -> int:
             plugin.start()
             stack.callback(plugin.stop)
             plugins.append(plugin)
+            if not wait_registered(plugin):
+                say(f"   the kubelet did not register the plugin of {name}; log {plugin.log}")
+                return 1
         say("== helm install deploy/helm/dra-gpu (DeviceClasses, RBAC, admission policy)")
         Helm.built(workdir / "helm-home").install(c, "kubeletPlugin.enabled=false", "sharing.consumable=true")
         apply_file(c, DEMO / "namespace.yaml")
@@ -192,6 +195,12 @@ def wait_for(cond: Callable[[], bool], timeout: float) -> bool:
             return False
         time.sleep(0.25)
     return True
+
+
+def wait_registered(plugin: PluginProcess) -> bool:
+    """Wait until the kubelet has registered the plugin: a pod the kubelet gets before that fails to prepare
+    ("DRA driver ... is not registered") and waits for the kubelet's retry, about a minute."""
+    return wait_for(lambda: any(e.get("event") == "plugin_registered" for e in plugin.logs()), 30)
 
 
 def carved(plugin: PluginProcess) -> dict[str, MigInstance]:
@@ -326,9 +335,7 @@ def run_consumable(c: LocalCluster, stack: ExitStack, workdir: Path) -> bool:
     plugin.start()
     stack.callback(plugin.stop)
     slices = f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={SHARE_NODE}"
-    # Registered too: a pod the kubelet sees before the driver is registered waits for the kubelet's retry (a minute).
-    registered = wait_for(lambda: any(e.get("event") == "plugin_registered" for e in plugin.logs()), 30)
-    if not (registered and wait_for(lambda: bool(c.api("GET", slices)["items"]), 30)):
+    if not (wait_registered(plugin) and wait_for(lambda: bool(c.api("GET", slices)["items"]), 30)):
         say(f"   the plugin of {SHARE_NODE} did not register or publish; log {plugin.log}")
         return False
     say("   kubectl apply -f demo/consumable-20gi.yaml")

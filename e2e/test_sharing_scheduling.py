@@ -17,7 +17,8 @@ allocated GPU, the MPS daemon with its limits), the CDI spec (client env, MPS pi
 mounts) and the fake runtime's records (the CDI ids the kubelet passed to each container).
 Deleting the pods makes the kubelet unprepare: no time slice, no MPS daemon, no CDI spec is left.
 The time-slicing and MPS pods are pinned to node-t with a nodeSelector: on node-s the plain
-class would also match the shareable GPU, and a share does not take a sharing config.
+class also matches the shareable GPU (a claim asking for no capacity gets all of it as one
+share) and a share does not take a sharing config; the last test shows both.
 """
 
 from __future__ import annotations
@@ -398,5 +399,45 @@ def test_everything_at_once_then_deleting_every_pod_undoes_all_sharing(sc: Shari
     assert (len(on_t["timeSlices"]), len(on_t["mps"])) == (1, 1), on_t
     assert (on_s["timeSlices"], list(on_s["mps"])) == ({}, ["gpu-0-shared"]), on_s
     assert len(s.plugins[NODE_T].cdi_files()) == 2 and len(s.plugins[NODE_S].cdi_files()) == 4
+
+    delete_all_and_check_undone(s)
+
+
+def test_on_a_consumable_node_a_plain_claim_takes_the_whole_gpu_as_one_share_and_a_sharing_config_is_refused(
+    sc: SharingCluster,
+) -> None:
+    """A claim of the plain gpu.<driver> class that asks for no capacity gets the request policy's default, all 80Gi,
+    as a share (under the GPU's MPS daemon); a time-slicing claim pinned to that node is refused at prepare with the
+    plugin's message, in the pod's events."""
+    s = sc
+    plain = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": NS_A},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}},
+    }
+    apply(s.c, [plain, *pinned_to([pod_using("whole", "one-gpu")], NODE_S)])
+    claim = s.claim_of(s.wait_running(NS_A, "whole"))
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["pool"], result["device"], result["consumedCapacity"]) == (
+        NODE_S,
+        "gpu-0",
+        {"memory": "80Gi", "computeShare": "0"},
+    )
+    assert result.get("shareID"), result
+    env = env_of(s.cdi_entry(NODE_S, cdi_device_id(DRIVER, claim["metadata"]["uid"], "gpu-0", result["shareID"])))
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{s.gpu_uuid(NODE_S, 'gpu-0')}=81920M"
+    delete_all_and_check_undone(s)
+
+    apply(s.c, pinned_to(load(DEMO / "shared-claim.yaml"), NODE_S))
+
+    def refused() -> str | None:
+        evs = s.c.api("GET", f"/api/v1/namespaces/{NS_A}/events?fieldSelector=involvedObject.name=shared-1")["items"]
+        return next((e["message"] for e in evs if "does not apply to a share" in e.get("message", "")), None)
+
+    message = wait_until("the kubelet to report the refused prepare of shared-1", refused, s.diagnostics)
+    assert "a TimeSlicing config does not apply to a share of a GPU shared by capacity" in message, message
+    assert s.c.api("GET", f"{pods_path(NS_A)}/shared-1")["status"].get("phase") == "Pending"
+    assert {"timeSlices": {}, "mps": {}} == s.sharing_state(NODE_S)  # nothing applied for the refused claim
 
     delete_all_and_check_undone(s)

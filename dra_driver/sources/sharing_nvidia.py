@@ -4,7 +4,7 @@ Implements ``dra_driver.core.sharing.SharingBackend`` for NVML nodes. NVML has n
 compute time slice, so ``nvidia-smi compute-policy --set-timeslice`` sets it. An MPS control
 daemon is a process this plugin starts (``nvidia-cuda-mps-control -d``, which daemonizes) with
 its own pipe and log directories, then configures by writing commands to the control program,
-as NVIDIA documents. The tools come from the driver root (``--nvidia-driver-root``). Called by
+as NVIDIA documents. The tools come from ``--nvidia-bin-dir`` (the driver root's bin). Called by
 the kubelet plugin's sharing operations; tested with stand-in executables that record their calls.
 """
 
@@ -43,20 +43,54 @@ class NvidiaSharing:
 
     def _run(self, argv: list[str], *, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
         try:
-            out = subprocess.run(
-                argv,
-                input=stdin,
-                env={**os.environ, **(env or {})},
-                capture_output=True,
-                text=True,
-                timeout=self._timeout,
-                check=False,
-            )
+            if stdin is None:  # never let a tool read the plugin's own stdin
+                out = subprocess.run(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, **(env or {})},
+                    capture_output=True,
+                    text=True,
+                    timeout=self._timeout,
+                    check=False,
+                )
+            else:
+                out = subprocess.run(
+                    argv,
+                    input=stdin,
+                    env={**os.environ, **(env or {})},
+                    capture_output=True,
+                    text=True,
+                    timeout=self._timeout,
+                    check=False,
+                )
         except (subprocess.TimeoutExpired, FileNotFoundError, PermissionError) as err:
             raise OSError(f"{argv[0]}: {err}") from err
         if out.returncode != 0:
             raise OSError(f"{' '.join(argv)} exited {out.returncode}: {(out.stderr or out.stdout).strip()[:500]}")
         return out.stdout
+
+    def _daemonize(self, argv: list[str], *, env: dict[str, str], log_dir: Path) -> None:
+        """Run a command that forks a daemon, its output going to a file in ``log_dir``.
+
+        Not to pipes: waiting for the parent must never wait for the daemon that inherited them.
+        """
+        out_path = log_dir / "start.log"
+        try:
+            with out_path.open("ab") as out:
+                rc = subprocess.run(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **env},
+                    timeout=self._timeout,
+                    check=False,
+                ).returncode
+        except (subprocess.TimeoutExpired, FileNotFoundError, PermissionError) as err:
+            raise OSError(f"{argv[0]}: {err}") from err
+        if rc != 0:
+            tail = out_path.read_text(errors="replace").strip()[-500:]
+            raise OSError(f"{' '.join(argv)} exited {rc}: {tail}")
 
     def set_time_slice(self, gpu_uuid: str, interval: TimeSliceInterval) -> None:
         """``nvidia-smi compute-policy -i <uuid> --set-timeslice=<0..3>``."""
@@ -87,7 +121,7 @@ class NvidiaSharing:
         for uuid in daemon.exclusive_gpus:
             self._run([str(self._smi), "-i", uuid, "-c", "EXCLUSIVE_PROCESS"])
         env = {**self._daemon_env(daemon.daemon_id), "CUDA_VISIBLE_DEVICES": ",".join(daemon.gpu_uuids)}
-        self._run([str(self._mps), "-d"], env=env)
+        self._daemonize([str(self._mps), "-d"], env=env, log_dir=Path(dirs.log))
         commands = []
         if daemon.active_thread_percentage:
             commands.append(f"set_default_active_thread_percentage {daemon.active_thread_percentage}")

@@ -550,7 +550,6 @@ class Grammar:
                     "[a",
                     "\\",
                     "\\Z",
-                    "\\p{Greek}",
                     "\\p{Foo}",
                     "x{3}",
                     "\\x41",
@@ -667,6 +666,33 @@ class Grammar:
         if self.chance(25):
             return self.any_term(1)
         return self.boolean(depth)
+
+
+@st.composite
+def regex_cases(draw: Draw[Any]) -> tuple[str, dict[str, Any], str]:
+    """A RE2 pattern from the grammar used by ``matches``, ``find`` or ``findAll`` on a string."""
+    dev = draw(devices())
+    g = Grammar(draw, dev)
+    subject = cel_string(draw(st.sampled_from(STRINGS) | st.text(alphabet="abAB09 _-.\n\tä/", max_size=8)))
+    pattern = g.regex()
+    k = draw(st.integers(0, 3))
+    n = draw(st.integers(0, 6))
+    expr = draw(
+        st.sampled_from(
+            (
+                f"{subject}.matches({pattern})",
+                f"matches({subject}, {pattern})",
+                f"{subject}.find({pattern}).size() == {k}",
+                f"{subject}.find({pattern}) == {subject}.substring(0, {k})",
+                f"{subject}.findAll({pattern}).size() == {k}",
+                f"{subject}.findAll({pattern}, {k}).join('|').size() == {n}",
+                f"{subject}.findAll({pattern}).join('|').size() == {n}",
+                f"dyn({subject}).matches(dyn({pattern}))",
+                f"{subject}.find(dyn({pattern})).size() == {k}",
+            )
+        )
+    )
+    return dev.driver, dev.json, expr
 
 
 @st.composite

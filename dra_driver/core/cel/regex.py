@@ -37,7 +37,65 @@ _POSIX = {
     "xdigit": "0-9A-Fa-f",
 }
 _CATEGORIES = frozenset(
-    "L Lu Ll Lt Lm Lo M Mn Mc Me N Nd Nl No P Pc Pd Ps Pe Pi Pf Po S Sm Sc Sk So Z Zs Zl Zp C Cc Cf Co Cs".split()
+    "C Cc Cf Cn Co Cs L Ll Lm Lo Lt Lu M Mc Me Mn N Nd Nl No P Pc Pd Pe Pf Pi Po Ps S Sc Sk Sm So Z Zl Zp Zs".split()
+)
+# Go's unicode.CategoryAliases, keyed by regexp/syntax's canonical form of the alias.
+_ALIASES = {
+    "Casedletter": "Lc",
+    "Closepunctuation": "Pe",
+    "Combiningmark": "M",
+    "Connectorpunctuation": "Pc",
+    "Control": "Cc",
+    "Currencysymbol": "Sc",
+    "Dashpunctuation": "Pd",
+    "Decimalnumber": "Nd",
+    "Enclosingmark": "Me",
+    "Finalpunctuation": "Pf",
+    "Format": "Cf",
+    "Initialpunctuation": "Pi",
+    "Letter": "L",
+    "Letternumber": "Nl",
+    "Lineseparator": "Zl",
+    "Lowercaseletter": "Ll",
+    "Mark": "M",
+    "Mathsymbol": "Sm",
+    "Modifierletter": "Lm",
+    "Modifiersymbol": "Sk",
+    "Nonspacingmark": "Mn",
+    "Number": "N",
+    "Openpunctuation": "Ps",
+    "Other": "C",
+    "Otherletter": "Lo",
+    "Othernumber": "No",
+    "Otherpunctuation": "Po",
+    "Othersymbol": "So",
+    "Paragraphseparator": "Zp",
+    "Privateuse": "Co",
+    "Punctuation": "P",
+    "Separator": "Z",
+    "Spaceseparator": "Zs",
+    "Spacingmark": "Mc",
+    "Surrogate": "Cs",
+    "Symbol": "S",
+    "Titlecaseletter": "Lt",
+    "Unassigned": "Cn",
+    "Uppercaseletter": "Lu",
+    "Cntrl": "Cc",
+    "Digit": "Nd",
+    "Punct": "P",
+}
+# Unicode scripts Go's regexp finds by name (its lookup canonicalizes the name, so only the
+# one-word script names are reachable). Python has no script data: these are not supported.
+_SCRIPTS = frozenset(
+    """Adlam Ahom Arabic Armenian Avestan Balinese Bamum Batak Bengali Bhaiksuki Bopomofo Brahmi Braille
+    Buginese Buhid Carian Chakma Cham Cherokee Chorasmian Common Coptic Cuneiform Cypriot Cyrillic Deseret
+    Devanagari Dogra Duployan Elbasan Elymaic Ethiopic Georgian Glagolitic Gothic Grantha Greek Gujarati
+    Gurmukhi Han Hangul Hanunoo Hatran Hebrew Hiragana Inherited Javanese Kaithi Kannada Katakana Kawi
+    Kharoshthi Khmer Khojki Khudawadi Lao Latin Lepcha Limbu Lisu Lycian Lydian Mahajani Makasar Malayalam
+    Mandaic Manichaean Marchen Medefaidrin Miao Modi Mongolian Mro Multani Myanmar Nabataean Nandinagari Newa
+    Nko Nushu Ogham Oriya Osage Osmanya Palmyrene Phoenician Rejang Runic Samaritan Saurashtra Sharada Shavian
+    Siddham Sinhala Sogdian Soyombo Sundanese Syriac Tagalog Tagbanwa Takri Tamil Tangsa Tangut Telugu Thaana
+    Thai Tibetan Tifinagh Tirhuta Toto Ugaritic Vai Vithkuqi Wancho Yezidi Yi""".split()
 )
 _MAX_RUNE = 0x10FFFF
 
@@ -56,7 +114,7 @@ def _err(code: str, expr: str) -> RegexError:
 
 @functools.cache
 def _category_ranges() -> dict[str, list[tuple[int, int]]]:
-    """Code point ranges of every general category (and the one-letter groups)."""
+    """Code point ranges of every general category and one-letter group (Cn, unassigned, included)."""
     out: dict[str, list[tuple[int, int]]] = {}
     prev = None
     start = 0
@@ -66,10 +124,18 @@ def _category_ranges() -> dict[str, list[tuple[int, int]]]:
             if prev is not None:
                 out.setdefault(prev, []).append((start, cp - 1))
                 out.setdefault(prev[0], []).append((start, cp - 1))
+                if prev in ("Lu", "Ll", "Lt"):
+                    out.setdefault("Lc", []).append((start, cp - 1))
+                if prev != "Cn":
+                    out.setdefault("Assigned", []).append((start, cp - 1))
             prev, start = cat, cp
-    # Go's unicode.C has no unassigned code points (Cn); Python reports them as Cn.
-    out.pop("Cn", None)
     return out
+
+
+def _canonical(name: str) -> str:
+    """regexp/syntax's canonical class name: first letter upper, the rest lower, no ``_``, ``-``, spaces."""
+    out = [c for c in name if c not in "_- "]
+    return (out[0].upper() + "".join(out[1:]).lower()) if out else ""
 
 
 def _class_text(lo: int, hi: int) -> str:
@@ -80,11 +146,19 @@ def _class_text(lo: int, hi: int) -> str:
 
 
 def _unicode_class(name: str) -> str:
-    if name == "Any":
+    """The Python class body for a ``\\p{name}``; KeyError if Go does not know the name."""
+    canon = _canonical(name)
+    if canon == "Any":
         return _class_text(0, _MAX_RUNE)
-    if name not in _CATEGORIES:
-        raise KeyError(name)
-    return "".join(_class_text(lo, hi) for lo, hi in _category_ranges().get(name, []))
+    if canon == "Ascii":
+        return _class_text(0, 0x7F)
+    if canon in ("Assigned", "Lc") or canon in _CATEGORIES:
+        return "".join(_class_text(lo, hi) for lo, hi in _category_ranges().get(canon, []))
+    if canon in _ALIASES:
+        return "".join(_class_text(lo, hi) for lo, hi in _category_ranges().get(_ALIASES[canon], []))
+    if canon in _SCRIPTS:
+        raise RegexUnsupported(f"Unicode script class {name} is not supported by dra-gpu")
+    raise KeyError(name)
 
 
 @dataclass
@@ -359,8 +433,6 @@ class _Translator:
         try:
             body = _unicode_class(name)
         except KeyError:
-            if name and name[0].isupper() and name.isalpha():
-                raise RegexUnsupported(f"Unicode script class {seq} is not supported by dra-gpu") from None
             raise _err("invalid character class range", seq) from None
         return ("^" if negate else "") + body, j
 
