@@ -10,9 +10,7 @@ records outlive the plugin process.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -22,6 +20,8 @@ from typing import Any
 
 from dra_driver.core.config import TimeSliceInterval
 from dra_driver.core.sharing import MpsDaemon, mps_dirs
+from dra_driver.files.atomic import write_atomic
+from dra_driver.files.lock import file_lock
 
 STATE_FILE = "sharing-state.json"
 
@@ -38,18 +38,12 @@ class SimulatedSharing:
 
     @contextmanager
     def _state(self) -> Iterator[dict[str, Any]]:
-        with self._mutex, self._lock.open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with self._mutex, file_lock(self._lock, 60.0):
             state = read_sharing_state(self._file)
             before = json.dumps(state, sort_keys=True)
             yield state
             if json.dumps(state, sort_keys=True) != before:
-                tmp = self._file.with_suffix(".tmp")
-                with tmp.open("w") as f:
-                    json.dump(state, f, sort_keys=True, indent=1)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self._file)
+                write_atomic(self._file, json.dumps(state, sort_keys=True, indent=1).encode(), mode=0o644)
 
     def set_time_slice(self, gpu_uuid: str, interval: TimeSliceInterval) -> None:
         """Record the GPU's time slice (``Default`` removes the record: the driver default)."""

@@ -7,18 +7,15 @@ read-only views tests and e2e scenarios use to check what a driver left on the G
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import secrets
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dra_driver.core.mig import MigInstance, MigMode, Placement
+from dra_driver.files.atomic import write_atomic
+from dra_driver.files.lock import file_lock
 
 FORMAT_VERSION = 1
 
@@ -95,49 +92,13 @@ def decode(data: bytes) -> NodeState:
 
 
 def write_state(path: Path, state: NodeState) -> None:
-    """Replace the state file atomically and durably: temp file, fsync, rename, fsync the directory.
-
-    (The import rings keep ``dra_driver.sources`` off ``dra_driver.files``, hence this small copy of
-    the pattern in ``dra_driver.files.atomic``.)
-    """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(encode(state))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Replace the state file atomically and durably (``dra_driver.files.atomic``)."""
+    write_atomic(path, encode(state), mode=0o644)
 
 
-@contextmanager
-def state_lock(path: Path, timeout_s: float = 60.0) -> Iterator[None]:
-    """Hold an exclusive flock on ``path`` (the state file's lock file) for the ``with`` body."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {path}") from None
-                time.sleep(0.005)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+def state_lock(path: Path, timeout_s: float = 60.0) -> AbstractContextManager[None]:
+    """An exclusive flock on ``path`` (the state file's lock file) for a ``with`` body."""
+    return file_lock(path, timeout_s)
 
 
 def read_state(path: Path) -> NodeState:
