@@ -59,6 +59,7 @@ demo: venv k8s
 
 bench: venv k8s
 	$(VENV)/bin/python -m bench.prepare_latency
+	$(VENV)/bin/python -m bench.selectors
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,24 +1,32 @@
-"""``dra-gpu explain``: why a pod, claim or claim template would (not) get devices, offline.
+"""``dra-gpu explain``: why a pod, claim or claim template would (not) get devices.
 
-Registered by ``dra_driver.cli.main`` through :func:`add_explain_parser`. Reads the manifests
-(``-f``; a pod's claim templates come from the same file), ResourceSlices (``--slices``, e.g.
-``dra-gpu inventory -o yaml`` output, several nodes concatenated), DeviceClasses (``--classes``;
-without it each driver in the slices gets a class of its own name that selects its devices) and
-already-allocated claims (``--allocated``), then runs the allocation simulator from the core.
+Registered by ``dra_driver.cli.main`` through :func:`add_explain_parser`. Live: ``NAME``
+(``pod/x``, ``resourceclaim/x``, ``resourceclaimtemplate/x``) is read from the API server
+(``--kubeconfig``, ``-n``) with every ResourceSlice, DeviceClass, Node and allocated claim
+(``dra_driver.kube.explain_api``); a pod's template claims are the ones its status names, or
+built from the template when none exists yet. Offline: the manifests (``-f``; a pod's claim
+templates come from the same file), ResourceSlices (``--slices``, e.g. ``dra-gpu inventory -o
+yaml`` output, several nodes concatenated), DeviceClasses (``--classes``; without it each driver
+in the slices gets a class of its own name that selects its devices) and already-allocated claims
+(``--allocated``). Either way the allocation simulator from the core does the rest.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from dra_driver.core.allocator import Explanation, explain
+
+if TYPE_CHECKING:
+    from dra_driver.kube.explain_api import KubeExplainApi
 
 
 class InputError(ValueError):
@@ -147,6 +155,95 @@ def workloads(objs: list[dict[str, Any]], allocated: list[dict[str, Any]]) -> li
     return out
 
 
+_KINDS = {
+    "pod": "pod",
+    "pods": "pod",
+    "po": "pod",
+    "resourceclaim": "resourceclaim",
+    "resourceclaims": "resourceclaim",
+    "claim": "resourceclaim",
+    "resourceclaimtemplate": "resourceclaimtemplate",
+    "resourceclaimtemplates": "resourceclaimtemplate",
+    "template": "resourceclaimtemplate",
+}
+
+
+def parse_target(target: str) -> tuple[str, str]:
+    """``pod/x``, ``resourceclaim/x``, ``resourceclaimtemplate/x`` (kubectl's spellings) or ``x`` (a pod)."""
+    kind, sep, name = target.partition("/")
+    if not sep:
+        return "pod", kind
+    k = _KINDS.get(kind.lower().split(".", 1)[0])
+    if k is None or not name:
+        raise InputError(f"{target}: expected pod/NAME, resourceclaim/NAME or resourceclaimtemplate/NAME")
+    return k, name
+
+
+def _claim_from_template(template: Mapping[str, Any], name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": (template.get("spec") or {}).get("spec") or {},
+    }
+
+
+def _live_claims(api: KubeExplainApi, kind: str, name: str, namespace: str) -> tuple[str, list[dict[str, Any]]]:
+    """(label, claims in pod order) for the live object; a pod's template claims come from its status."""
+    obj = api.get(kind, namespace, name)
+    if kind == "resourceclaim":
+        return f"claim {namespace}/{name}", [obj]
+    if kind == "resourceclaimtemplate":
+        return f"template {namespace}/{name}", [_claim_from_template(obj, name, namespace)]
+    generated = {
+        str(st.get("name")): str(st.get("resourceClaimName"))
+        for st in (obj.get("status") or {}).get("resourceClaimStatuses") or []
+        if st.get("resourceClaimName")
+    }
+    claims: list[dict[str, Any]] = []
+    for ref in (obj.get("spec") or {}).get("resourceClaims") or []:
+        ref_name = str(ref.get("name", ""))
+        if ref.get("resourceClaimName"):
+            claims.append(api.get("resourceclaim", namespace, str(ref["resourceClaimName"])))
+        elif ref_name in generated:
+            claims.append(api.get("resourceclaim", namespace, generated[ref_name]))
+        elif ref.get("resourceClaimTemplateName"):
+            template = api.get("resourceclaimtemplate", namespace, str(ref["resourceClaimTemplateName"]))
+            claims.append(_claim_from_template(template, f"{name}-{ref_name}", namespace))
+    return f"pod {namespace}/{name}", claims
+
+
+def run_live(*, target: str, namespace: str, kubeconfig: str | None) -> list[tuple[str, Explanation]]:
+    """Read the object, slices, classes and allocated claims from the API server and explain."""
+    from dra_driver.kube.explain_api import KubeApiError, connect  # lazy: offline use never loads kubernetes
+
+    kind, name = parse_target(target)
+    try:
+        api = connect(kubeconfig)
+        label, claims = _live_claims(api, kind, name, namespace)
+        slice_objs = api.resource_slices()
+        class_map = {_name(c): c for c in api.device_classes()}
+        mine = {str((c.get("metadata") or {}).get("uid") or "") for c in claims} - {""}
+        allocated = [
+            c
+            for c in api.resource_claims()
+            if (c.get("status") or {}).get("allocation") and str((c.get("metadata") or {}).get("uid") or "") not in mine
+        ]
+        labels = api.node_labels()
+    except KubeApiError as err:
+        what = f"{kind} {namespace}/{name} not found" if err.not_found else str(err)
+        raise InputError(what) from None
+    return [(label, explain(claims, slice_objs, class_map, allocated, labels))]
+
+
+def default_kubeconfig() -> str | None:
+    """``$KUBECONFIG`` (first entry), else ``~/.kube/config`` if present, else None (in-cluster)."""
+    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    if env:
+        return env
+    home = Path.home() / ".kube" / "config"
+    return str(home) if home.is_file() else None
+
+
 def run_explain(
     *, manifests: str, slices: str, classes: str | None = None, allocated: str | None = None
 ) -> list[tuple[str, Explanation]]:
@@ -177,8 +274,16 @@ def render_text(results: list[tuple[str, Explanation]]) -> str:
 
 
 def _explain_cmd(args: argparse.Namespace) -> int:
+    live = args.target is not None
     try:
-        results = run_explain(manifests=args.filename, slices=args.slices, classes=args.classes, allocated=args.allocated)
+        if live:
+            if args.filename or args.slices or args.classes or args.allocated:
+                raise InputError("give either NAME (read from the cluster) or -f with --slices (files), not both")  # noqa: TRY301
+            results = run_live(target=args.target, namespace=args.namespace, kubeconfig=args.kubeconfig or default_kubeconfig())
+        else:
+            if not args.filename or not args.slices:
+                raise InputError("give NAME to read from the cluster, or -f and --slices for files")  # noqa: TRY301
+            results = run_explain(manifests=args.filename, slices=args.slices, classes=args.classes, allocated=args.allocated)
     except InputError as err:
         print(f"dra-gpu explain: {err}", file=sys.stderr)
         return 2
@@ -186,7 +291,7 @@ def _explain_cmd(args: argparse.Namespace) -> int:
         entries = [r.to_json() for _, ex in results for r in ex.requests]
         print(json.dumps({"requests": entries}, indent=2))
     else:
-        if not args.classes:
+        if not live and not args.classes:
             print("note: no --classes given; each driver's devices form a class named like the driver", file=sys.stderr)
         print(render_text(results), end="")
     allocated_all = all(r.reason is None for _, ex in results for r in ex.requests)
@@ -196,10 +301,18 @@ def _explain_cmd(args: argparse.Namespace) -> int:
 def add_explain_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``explain`` on the CLI's subparsers; dispatch is through ``args.func(args)``."""
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "explain", help="explain which devices a pod's claims could get and why (offline simulation of the scheduler)"
+        "explain",
+        help="explain which devices a pod's claims could get and why (a simulation of the scheduler)",
+        description="Live: dra-gpu explain pod/NAME [-n NS] [--kubeconfig FILE] (also resourceclaim/NAME, "
+        "resourceclaimtemplate/NAME). Offline: dra-gpu explain -f MANIFESTS --slices SLICES [--classes ...] [--allocated ...].",
     )
-    p.add_argument("-f", "--filename", required=True, help="Pod, ResourceClaim or ResourceClaimTemplate YAML (multi-document)")
-    p.add_argument("--slices", required=True, help="ResourceSlices YAML, e.g. `dra-gpu inventory -o yaml` output")
+    p.add_argument(
+        "target", nargs="?", metavar="NAME", help="pod/NAME, resourceclaim/NAME or resourceclaimtemplate/NAME, read live"
+    )
+    p.add_argument("-n", "--namespace", default="default", help="namespace of NAME (default: default)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+    p.add_argument("-f", "--filename", help="Pod, ResourceClaim or ResourceClaimTemplate YAML (multi-document)")
+    p.add_argument("--slices", help="ResourceSlices YAML, e.g. `dra-gpu inventory -o yaml` output")
     p.add_argument("--classes", help="DeviceClasses YAML (default: one class per driver, named like the driver)")
     p.add_argument("--allocated", help="ResourceClaims with status.allocation already in the cluster")
     p.add_argument("-o", "--output", choices=["text", "json"], default="text")

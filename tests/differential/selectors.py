@@ -91,6 +91,10 @@ QUANTITIES = (
     "100Pi",
 )
 BAD_QUANTITIES = ("", "40GB", "1.2.3", "abc", "1e", "--1", "Gi")
+INT_TEXTS = ("42", "-7", "+3", " 1", "1_0", "9223372036854775808", "0x10", "x")
+DOUBLE_TEXTS = ("1.5", "1e3", "inf", "-Infinity", "NaN", "1e400", "0x1p-2", "1_0", ".5", "x")
+TYPE_NAMES = ("int", "uint", "double", "string", "bool", "list", "map", "bytes", "null_type", "type")
+OPTIONAL_TAILS = ("hasValue()", "orValue(1) == 1", "value() == 0")
 REGEXES = (
     "^NVIDIA",
     "H100$",
@@ -219,11 +223,18 @@ class Grammar:
 
     # -- helpers ------------------------------------------------------------------------------
     def pick(self, options: tuple[T, ...] | list[T]) -> T:
-        return self.draw(st.sampled_from(options))
+        """One of ``options``."""
+        choice: T = self.draw(st.sampled_from(options))
+        return choice
+
+    def one_of(self, *makers: Callable[[], str]) -> str:
+        """The text made by one of ``makers``."""
+        maker: Callable[[], str] = self.draw(st.sampled_from(makers))
+        return maker()
 
     def chance(self, n: int) -> bool:
         """True with probability 1/n."""
-        return self.draw(st.integers(0, n - 1)) == 0
+        return bool(self.draw(st.integers(0, n - 1)) == 0)
 
     def op(self) -> str:
         return self.pick(self.OPS)
@@ -282,16 +293,14 @@ class Grammar:
 
     def number(self, depth: int) -> str:
         """An int, uint or double term."""
-        return self.pick(
-            (
-                lambda: self.int_(depth),
-                lambda: self.pick(("0u", "1u", "3u", "132u", "18446744073709551615u")),
-                lambda: self.pick(("0.0", "1.0", "2.5", "-0.5", "132.0", "1e3", "9.3e18", "1e19")),
-                lambda: f"{self.quantity(max(depth - 1, 0))}.asApproximateFloat()",
-                lambda: f"double({self.int_(max(depth - 1, 0))})",
-                lambda: f"uint({self.int_(max(depth - 1, 0))})",
-            )
-        )()
+        return self.one_of(
+            lambda: self.int_(depth),
+            lambda: self.pick(("0u", "1u", "3u", "132u", "18446744073709551615u")),
+            lambda: self.pick(("0.0", "1.0", "2.5", "-0.5", "132.0", "1e3", "9.3e18", "1e19")),
+            lambda: f"{self.quantity(max(depth - 1, 0))}.asApproximateFloat()",
+            lambda: f"double({self.int_(max(depth - 1, 0))})",
+            lambda: f"uint({self.int_(max(depth - 1, 0))})",
+        )
 
     def string(self, depth: int) -> str:
         choices: list[Callable[[], str]] = [
@@ -344,19 +353,17 @@ class Grammar:
         return self.pick(choices)()
 
     def any_term(self, depth: int) -> str:
-        return self.pick(
-            (
-                lambda: self.attr(),
-                lambda: self.attr(),
-                lambda: self.number(depth),
-                lambda: self.string(depth),
-                lambda: self.quantity(depth),
-                lambda: self.semver(depth),
-                lambda: self.pick(("true", "false", "null")),
-                lambda: "device.allowMultipleAllocations",
-                lambda: self.list_lit(),
-            )
-        )()
+        return self.one_of(
+            lambda: self.attr(),
+            lambda: self.attr(),
+            lambda: self.number(depth),
+            lambda: self.string(depth),
+            lambda: self.quantity(depth),
+            lambda: self.semver(depth),
+            lambda: self.pick(("true", "false", "null")),
+            lambda: "device.allowMultipleAllocations",
+            lambda: self.list_lit(),
+        )
 
     def list_lit(self) -> str:
         kind = self.pick(("int", "string", "mixed"))
@@ -372,16 +379,14 @@ class Grammar:
         return "[" + ", ".join(items) + "]"
 
     # -- booleans -----------------------------------------------------------------------------
-    def boolean(self, depth: int) -> str:  # noqa: C901
+    def boolean(self, depth: int) -> str:
         leaf: list[Callable[[], str]] = [
             lambda: self.compare(depth),
             lambda: self.compare(depth),
             lambda: self.string_test(depth),
             lambda: self.quantity_test(depth),
             lambda: self.semver_test(depth),
-            lambda: (
-                f"has({self._select(self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS, UNKNOWN_DOMAIN))), self.pick(IDS))})"
-            ),
+            lambda: f"has({self._select(self.any_domain(), self.pick(IDS))})",
             lambda: f"has({self.cap()})",
             lambda: self.optional_test(),
             lambda: self.in_test(depth),
@@ -426,91 +431,75 @@ class Grammar:
 
     def string_test(self, depth: int) -> str:
         s = self.string(max(depth - 1, 0))
-        return self.pick(
-            (
-                lambda: f"{s}.startsWith({self.string(0)})",
-                lambda: f"{s}.endsWith({self.string(0)})",
-                lambda: f"{s}.contains({self.string(0)})",
-                lambda: f"{s}.matches({cel_string(self.pick(REGEXES))})",
-                lambda: f"matches({s}, {cel_string(self.pick(REGEXES))})",
-                lambda: f"{s}.size() {self.op()} {self.pick((0, 2, 4, 21))}",
-                lambda: f"{s}.lowerAscii() == {self.string(0)}",
-                lambda: f"{s}.upperAscii().contains({self.string(0)})",
-                lambda: f"{s}.indexOf({self.string(0)}) {self.op()} {self.pick((-1, 0, 3))}",
-                lambda: f"{s}.lastIndexOf({self.string(0)}) {self.op()} {self.pick((-1, 0, 3))}",
-                lambda: f"{s}.split({cel_string(self.pick((',', ' ', '.')))}).size() {self.op()} {self.pick((1, 2, 3))}",
-            )
-        )()
+        return self.one_of(
+            lambda: f"{s}.startsWith({self.string(0)})",
+            lambda: f"{s}.endsWith({self.string(0)})",
+            lambda: f"{s}.contains({self.string(0)})",
+            lambda: f"{s}.matches({cel_string(self.pick(REGEXES))})",
+            lambda: f"matches({s}, {cel_string(self.pick(REGEXES))})",
+            lambda: f"{s}.size() {self.op()} {self.pick((0, 2, 4, 21))}",
+            lambda: f"{s}.lowerAscii() == {self.string(0)}",
+            lambda: f"{s}.upperAscii().contains({self.string(0)})",
+            lambda: f"{s}.indexOf({self.string(0)}) {self.op()} {self.pick((-1, 0, 3))}",
+            lambda: f"{s}.lastIndexOf({self.string(0)}) {self.op()} {self.pick((-1, 0, 3))}",
+            lambda: f"{s}.split({cel_string(self.pick((',', ' ', '.')))}).size() {self.op()} {self.pick((1, 2, 3))}",
+        )
 
     def quantity_test(self, depth: int) -> str:
         d = max(depth - 1, 0)
         q = self.quantity(d)
-        return self.pick(
-            (
-                lambda: f"{q}.compareTo({self.quantity(d)}) {self.op()} {self.pick((-1, 0, 1))}",
-                lambda: f"{q}.isGreaterThan({self.quantity(d)})",
-                lambda: f"{q}.isLessThan({self.quantity(d)})",
-                lambda: f"{q}.isInteger()",
-                lambda: f"{q}.asInteger() {self.op()} {self.int_(0)}",
-                lambda: f"sign({q}) {self.op()} {self.pick((-1, 0, 1))}",
-                lambda: f"{q} == {self.quantity(d)}",
-                lambda: f"{q}.asApproximateFloat() {self.op()} {self.number(0)}",
-            )
-        )()
+        return self.one_of(
+            lambda: f"{q}.compareTo({self.quantity(d)}) {self.op()} {self.pick((-1, 0, 1))}",
+            lambda: f"{q}.isGreaterThan({self.quantity(d)})",
+            lambda: f"{q}.isLessThan({self.quantity(d)})",
+            lambda: f"{q}.isInteger()",
+            lambda: f"{q}.asInteger() {self.op()} {self.int_(0)}",
+            lambda: f"sign({q}) {self.op()} {self.pick((-1, 0, 1))}",
+            lambda: f"{q} == {self.quantity(d)}",
+            lambda: f"{q}.asApproximateFloat() {self.op()} {self.number(0)}",
+        )
 
     def semver_test(self, depth: int) -> str:
         v = self.semver(depth)
-        return self.pick(
-            (
-                lambda: f"{v}.compareTo({self.semver(0)}) {self.op()} {self.pick((-1, 0, 1))}",
-                lambda: f"{v}.isGreaterThan({self.semver(0)})",
-                lambda: f"{v}.isLessThan({self.semver(0)})",
-                lambda: f"{v}.{self.pick(('major', 'minor', 'patch'))}() {self.op()} {self.int_(0)}",
-                lambda: f"{v} == {self.semver(0)}",
-            )
-        )()
+        return self.one_of(
+            lambda: f"{v}.compareTo({self.semver(0)}) {self.op()} {self.pick((-1, 0, 1))}",
+            lambda: f"{v}.isGreaterThan({self.semver(0)})",
+            lambda: f"{v}.isLessThan({self.semver(0)})",
+            lambda: f"{v}.{self.pick(('major', 'minor', 'patch'))}() {self.op()} {self.int_(0)}",
+            lambda: f"{v} == {self.semver(0)}",
+        )
 
     def optional_test(self) -> str:
         domain = self.pick((self.dev.driver, *OTHER_DOMAINS, UNKNOWN_DOMAIN))
         ident = self.pick([a.ident for a in self.dev.attrs] or list(IDS)) if not self.chance(3) else self.pick(IDS)
         base = f"{self._domain_ref(domain)}.?{ident}"
         default = self.any_term(0)
-        return self.pick(
-            (
-                lambda: f"{base}.orValue({default}) {self.op()} {self.any_term(0)}",
-                lambda: f"{base}.hasValue()",
-                lambda: f"{base}.orValue({self.pick(('true', 'false'))})",
-            )
-        )()
+        return self.one_of(
+            lambda: f"{base}.orValue({default}) {self.op()} {self.any_term(0)}",
+            lambda: f"{base}.hasValue()",
+            lambda: f"{base}.orValue({self.pick(('true', 'false'))})",
+        )
 
     def in_test(self, depth: int) -> str:
-        return self.pick(
-            (
-                lambda: f"{self.any_term(max(depth - 1, 0))} in {self.list_lit()}",
-                lambda: (
-                    f"{cel_string(self.pick(IDS))} in {self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS, UNKNOWN_DOMAIN)))}"
-                ),
-                lambda: f"{cel_string(self.pick((*DRIVERS, *OTHER_DOMAINS, UNKNOWN_DOMAIN)))} in device.attributes",
-                lambda: f"{cel_string(self.pick((*DRIVERS, *OTHER_DOMAINS)))} in device.capacity",
-            )
-        )()
+        return self.one_of(
+            lambda: f"{self.any_term(max(depth - 1, 0))} in {self.list_lit()}",
+            lambda: f"{cel_string(self.pick(IDS))} in {self.any_domain()}",
+            lambda: f"{cel_string(self.pick((*DRIVERS, *OTHER_DOMAINS, UNKNOWN_DOMAIN)))} in device.attributes",
+            lambda: f"{cel_string(self.pick((*DRIVERS, *OTHER_DOMAINS)))} in device.capacity",
+        )
 
     def list_test(self, depth: int) -> str:
         lst = self.list_lit()
         term = self.any_term(max(depth - 1, 0))
-        return self.pick(
-            (
-                lambda: f"{lst}.exists(x, x {self.op()} {term})",
-                lambda: f"{lst}.all(x, x {self.op()} {term})",
-                lambda: f"{lst}.exists_one(x, x == {term})",
-                lambda: f"size({lst}) {self.op()} {self.pick((0, 1, 3))}",
-                lambda: f"{lst}.filter(x, x != {term}).size() > 0",
-                lambda: f"{lst}.map(x, x == {term}).exists(y, y)",
-                lambda: (
-                    f"{self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS)))}.exists(k, k.startsWith({cel_string(self.pick(('c', 'm', 'u')))}))"
-                ),
-            )
-        )()
+        return self.one_of(
+            lambda: f"{lst}.exists(x, x {self.op()} {term})",
+            lambda: f"{lst}.all(x, x {self.op()} {term})",
+            lambda: f"{lst}.exists_one(x, x == {term})",
+            lambda: f"size({lst}) {self.op()} {self.pick((0, 1, 3))}",
+            lambda: f"{lst}.filter(x, x != {term}).size() > 0",
+            lambda: f"{lst}.map(x, x == {term}).exists(y, y)",
+            lambda: f"{self.known_domain()}.exists(k, k.startsWith({cel_string(self.pick(('c', 'm', 'u')))}))",
+        )
 
     def regex(self) -> str:
         """A CEL string literal holding an RE2 pattern: mostly valid, sometimes not, sometimes Python-only."""
@@ -569,74 +558,76 @@ class Grammar:
             out += self.pick(("*", "+", "?", "*?", "+?", "{2}", "{1,3}", "{0,}", "{2,}?"))
         return out
 
-    def misc_test(self, depth: int) -> str:  # noqa: C901
+    def misc_test(self, depth: int) -> str:
         d = max(depth - 1, 0)
         s = self.string(d)
         lst = self.list_lit()
-        return self.pick(
-            (
-                lambda: f"{s}.matches({self.regex()})",
-                lambda: f"matches({s}, {self.regex()})",
-                lambda: f"{s}.find({self.regex()}) {self.pick(('==', '!='))} {self.string(0)}",
-                lambda: f"{s}.findAll({self.regex()}).size() {self.op()} {self.pick((0, 1, 2))}",
-                lambda: f"{s}.findAll({self.regex()}, {self.pick((-1, 0, 1, 2))}) == {self.list_lit()}",
-                lambda: f"{s}.matches({s})",
-                lambda: (
-                    f"int({cel_string(self.pick(('42', '-7', '+3', ' 1', '1_0', '9223372036854775808', '0x10', 'x')))}) {self.op()} {self.int_(0)}"
-                ),
-                lambda: f"uint({cel_string(self.pick(('42', '-1', '+3', '18446744073709551616', 'x')))}) {self.op()} 3u",
-                lambda: (
-                    f"double({cel_string(self.pick(('1.5', '1e3', 'inf', '-Infinity', 'NaN', '1e400', '0x1p-2', '1_0', '.5', 'x')))}) {self.op()} {self.number(0)}"
-                ),
-                lambda: f"bool({cel_string(self.pick(('true', 'True', 'TRUE', 't', '1', 'yes', 'F', '0')))})",
-                lambda: f"string({self.any_term(0)}) {self.pick(('==', '!=', '<'))} {self.string(0)}",
-                lambda: (
-                    f"type({self.any_term(d)}) == {self.pick(('int', 'uint', 'double', 'string', 'bool', 'list', 'map', 'bytes', 'null_type', 'type'))}"
-                ),
-                lambda: f"dyn({self.any_term(d)}) {self.op()} {self.any_term(0)}",
-                lambda: f"{self.attr()}.includes({self.any_term(0)})",
-                lambda: f"{lst}.includes({self.any_term(0)})",
-                lambda: f"{s}.trim() {self.op()} {self.string(0)}",
-                lambda: f"{s}.replace({self.string(0)}, {self.string(0)}, {self.pick((-1, 0, 1, 2))}) == {self.string(0)}",
-                lambda: f"{s}.split({self.string(0)}, {self.pick((-1, 0, 1, 2))}).size() {self.op()} {self.pick((0, 1, 2))}",
-                lambda: f"strings.quote({s}) {self.op()} {self.string(0)}",
-                lambda: f"{lst}.sort() == {self.list_lit()}",
-                lambda: f"{lst}.distinct().size() {self.op()} {self.pick((0, 1, 2))}",
-                lambda: f"{lst}.reverse() == {self.list_lit()}",
-                lambda: f"{lst}.slice({self.pick((0, 1, 2, -1))}, {self.pick((0, 1, 3))}).size() > 0",
-                lambda: f"[{lst}, {self.list_lit()}].flatten().size() {self.op()} {self.pick((0, 2, 4))}",
-                lambda: f"lists.range({self.pick((0, 3, -1))}).size() {self.op()} {self.pick((0, 3))}",
-                lambda: f"{lst}.isSorted()",
-                lambda: f"{lst}.{self.pick(('sum', 'min', 'max'))}() {self.op()} {self.any_term(0)}",
-                lambda: f"{lst}.{self.pick(('indexOf', 'lastIndexOf'))}({self.any_term(0)}) {self.op()} {self.pick((-1, 0, 1))}",
-                lambda: f"{lst}.{self.pick(('first', 'last'))}().orValue({self.any_term(0)}) {self.op()} {self.any_term(0)}",
-                lambda: f"sets.{self.pick(('contains', 'equivalent', 'intersects'))}({lst}, {self.list_lit()})",
-                lambda: (
-                    f"{self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS)))}.{self.pick(('all', 'exists', 'existsOne'))}(k, v, {self.two_var_body()})"
-                ),
-                lambda: f"{lst}.{self.pick(('all', 'exists', 'exists_one'))}(i, v, v {self.op()} i)",
-                lambda: f"{lst}.transformList(i, v, {self.pick(('v', 'i', 'v == i'))}).size() {self.op()} {self.pick((0, 1, 2))}",
-                lambda: (
-                    f"{self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS)))}[?{cel_string(self.pick(IDS))}].orValue({self.any_term(0)}) {self.op()} {self.any_term(0)}"
-                ),
-                lambda: f"{lst}[?{self.pick((0, 1, 5, -1))}].hasValue()",
-                lambda: (
-                    f"optional.{self.pick(('of', 'ofNonZeroValue'))}({self.any_term(0)}).{self.pick(('hasValue()', 'orValue(1) == 1', 'value() == 0'))}"
-                ),
-                lambda: f"optional.none().or(optional.of({self.any_term(0)})).hasValue()",
-                lambda: (
-                    f"{{{cel_string('a')}: {self.any_term(0)}, {cel_string('b')}: {self.any_term(0)}}}[{self.pick((cel_string('a'), cel_string('c'), '1'))}] {self.op()} {self.any_term(0)}"
-                ),
-                lambda: (
-                    f"{{1: {self.any_term(0)}, 2u: {self.any_term(0)}}}[{self.pick(('1', '2', '1.0', '2u', '3'))}] {self.op()} {self.any_term(0)}"
-                ),
-                lambda: f"b{cel_string(self.pick(('', 'a', 'ä')))} {self.op()} b{cel_string(self.pick(('', 'a', 'b')))}",
-                lambda: f"size(b{cel_string(self.pick(('', 'a', 'ä')))}) {self.op()} {self.pick((0, 1, 2))}",
-                lambda: f"{self.number(d)} {self.pick(('+', '-', '*', '/', '%'))} {self.number(d)} {self.op()} {self.number(0)}",
-                lambda: f"{s} {self.op()} {self.string(0)}",
-                lambda: f"{s} + {self.any_term(0)} == {self.string(0)}",
-            )
-        )()
+        return self.one_of(
+            lambda: f"{s}.matches({self.regex()})",
+            lambda: f"matches({s}, {self.regex()})",
+            lambda: f"{s}.find({self.regex()}) {self.pick(('==', '!='))} {self.string(0)}",
+            lambda: f"{s}.findAll({self.regex()}).size() {self.op()} {self.pick((0, 1, 2))}",
+            lambda: f"{s}.findAll({self.regex()}, {self.pick((-1, 0, 1, 2))}) == {self.list_lit()}",
+            lambda: f"{s}.matches({s})",
+            lambda: f"int({cel_string(self.pick(INT_TEXTS))}) {self.op()} {self.int_(0)}",
+            lambda: f"uint({cel_string(self.pick(('42', '-1', '+3', '18446744073709551616', 'x')))}) {self.op()} 3u",
+            lambda: f"double({cel_string(self.pick(DOUBLE_TEXTS))}) {self.op()} {self.number(0)}",
+            lambda: f"bool({cel_string(self.pick(('true', 'True', 'TRUE', 't', '1', 'yes', 'F', '0')))})",
+            lambda: f"string({self.any_term(0)}) {self.pick(('==', '!=', '<'))} {self.string(0)}",
+            lambda: f"type({self.any_term(d)}) == {self.pick(TYPE_NAMES)}",
+            lambda: f"dyn({self.any_term(d)}) {self.op()} {self.any_term(0)}",
+            lambda: f"{self.attr()}.includes({self.any_term(0)})",
+            lambda: f"{lst}.includes({self.any_term(0)})",
+            lambda: f"{s}.trim() {self.op()} {self.string(0)}",
+            lambda: f"{s}.replace({self.string(0)}, {self.string(0)}, {self.pick((-1, 0, 1, 2))}) == {self.string(0)}",
+            lambda: f"{s}.split({self.string(0)}, {self.pick((-1, 0, 1, 2))}).size() {self.op()} {self.pick((0, 1, 2))}",
+            lambda: f"strings.quote({s}) {self.op()} {self.string(0)}",
+            lambda: f"{lst}.sort() == {self.list_lit()}",
+            lambda: f"{lst}.distinct().size() {self.op()} {self.pick((0, 1, 2))}",
+            lambda: f"{lst}.reverse() == {self.list_lit()}",
+            lambda: f"{lst}.slice({self.pick((0, 1, 2, -1))}, {self.pick((0, 1, 3))}).size() > 0",
+            lambda: f"[{lst}, {self.list_lit()}].flatten().size() {self.op()} {self.pick((0, 2, 4))}",
+            lambda: f"lists.range({self.pick((0, 3, -1))}).size() {self.op()} {self.pick((0, 3))}",
+            lambda: f"{lst}.isSorted()",
+            lambda: f"{lst}.{self.pick(('sum', 'min', 'max'))}() {self.op()} {self.any_term(0)}",
+            lambda: f"{lst}.{self.pick(('indexOf', 'lastIndexOf'))}({self.any_term(0)}) {self.op()} {self.pick((-1, 0, 1))}",
+            lambda: f"{lst}.{self.pick(('first', 'last'))}().orValue({self.any_term(0)}) {self.op()} {self.any_term(0)}",
+            lambda: f"sets.{self.pick(('contains', 'equivalent', 'intersects'))}({lst}, {self.list_lit()})",
+            lambda: f"{self.known_domain()}.{self.pick(('all', 'exists', 'existsOne'))}(k, v, {self.two_var_body()})",
+            lambda: f"{lst}.{self.pick(('all', 'exists', 'exists_one'))}(i, v, v {self.op()} i)",
+            lambda: f"{lst}.transformList(i, v, {self.pick(('v', 'i', 'v == i'))}).size() {self.op()} {self.pick((0, 1, 2))}",
+            lambda: (
+                f"{self.known_domain()}[?{cel_string(self.pick(IDS))}].orValue({self.any_term(0)}) {self.op()} {self.any_term(0)}"
+            ),
+            lambda: f"{lst}[?{self.pick((0, 1, 5, -1))}].hasValue()",
+            lambda: f"optional.{self.pick(('of', 'ofNonZeroValue'))}({self.any_term(0)}).{self.pick(OPTIONAL_TAILS)}",
+            lambda: f"optional.none().or(optional.of({self.any_term(0)})).hasValue()",
+            lambda: self.map_index_test(string_keys=True),
+            lambda: self.map_index_test(string_keys=False),
+            lambda: f"b{cel_string(self.pick(('', 'a', 'ä')))} {self.op()} b{cel_string(self.pick(('', 'a', 'b')))}",
+            lambda: f"size(b{cel_string(self.pick(('', 'a', 'ä')))}) {self.op()} {self.pick((0, 1, 2))}",
+            lambda: f"{self.number(d)} {self.pick(('+', '-', '*', '/', '%'))} {self.number(d)} {self.op()} {self.number(0)}",
+            lambda: f"{s} {self.op()} {self.string(0)}",
+            lambda: f"{s} + {self.any_term(0)} == {self.string(0)}",
+        )
+
+    def any_domain(self) -> str:
+        """``device.attributes["d"]`` (or a bound alias) for any domain, the unknown one included."""
+        return self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS, UNKNOWN_DOMAIN)))
+
+    def known_domain(self) -> str:
+        """``device.attributes["d"]`` for a domain devices use."""
+        return self._domain_ref(self.pick((self.dev.driver, *OTHER_DOMAINS)))
+
+    def map_index_test(self, *, string_keys: bool) -> str:
+        """Indexing a map literal with a present, missing or cross-type key."""
+        if string_keys:
+            lit = f"{{{cel_string('a')}: {self.any_term(0)}, {cel_string('b')}: {self.any_term(0)}}}"
+            key = self.pick((cel_string("a"), cel_string("c"), "1"))
+        else:
+            lit = f"{{1: {self.any_term(0)}, 2u: {self.any_term(0)}}}"
+            key = self.pick(("1", "2", "1.0", "2u", "3"))
+        return f"{lit}[{key}] {self.op()} {self.any_term(0)}"
 
     def two_var_body(self) -> str:
         return self.pick(

@@ -351,3 +351,52 @@ def test_pools_are_walked_by_driver_then_pool_name() -> None:
 def test_two_claims_of_one_pod_get_different_devices(cluster: list[dict[str, Any]]) -> None:
     claims = [claim([exactly()], name="one"), claim([exactly()], name="two")]
     assert [r.devices for r in run(claims, cluster).requests] == [["node-a/gpu-0"], ["node-a/gpu-1"]]
+
+
+def _counter_pool(devices: list[dict[str, Any]], counter: str = "20Gi") -> list[dict[str, Any]]:
+    pool = {"name": "node-a", "generation": 1, "resourceSliceCount": 2}
+    return [
+        {"metadata": {"name": "a-devices"}, "spec": {"driver": DRIVER, "nodeName": "node-a", "pool": pool, "devices": devices}},
+        {
+            "metadata": {"name": "b-counters"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": "node-a",
+                "pool": pool,
+                "sharedCounters": [{"name": "cs", "counters": {"mem": {"value": counter}}}],
+            },
+        },
+    ]
+
+
+def _consumes(value: str) -> list[dict[str, Any]]:
+    return [{"counterSet": "cs", "counters": {"mem": {"value": value}}}]
+
+
+def test_a_backtracked_share_does_not_exempt_the_device_from_its_counters_later() -> None:
+    # First try: r0=shared, r1=a overdraws the counters (30Gi > 20Gi) and is undone. Second try:
+    # r0=b, r1=a, r2=shared again. That is the device's first share once more, so its counters
+    # are checked (and overdrawn): the scheduler (cel-go) finds no allocation.
+    slices = _counter_pool(
+        [
+            {
+                "name": "shared",
+                "allowMultipleAllocations": True,
+                "attributes": {"kind": {"string": "s"}},
+                "capacity": {"memory": {"value": "40Gi"}},
+                "consumesCounters": _consumes("10Gi"),
+            },
+            {"name": "a", "attributes": {"kind": {"string": "a"}, "x": {"bool": True}}, "consumesCounters": _consumes("20Gi")},
+            {"name": "b", "attributes": {"kind": {"string": "b"}}},
+        ]
+    )
+    a = f'device.attributes["{DRIVER}"]'
+    c = claim(
+        [
+            exactly("r0", selectors=[f'{a}.kind != "a"']),
+            exactly("r1", selectors=[f"{a}.?x.orValue(false)"]),
+            exactly("r2", selectors=["device.allowMultipleAllocations"]),
+        ]
+    )
+    ex = run([c], slices)
+    assert [r.reason is not None for r in ex.requests] == [True, True, True]

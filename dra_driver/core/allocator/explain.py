@@ -75,8 +75,13 @@ def explain(
     slices: Sequence[Mapping[str, Any]],
     classes: Mapping[str, Mapping[str, Any]],
     allocated: Sequence[Mapping[str, Any]],
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Explanation:
-    """Simulate scheduling ``claims`` (one pod's, in pod order) against the cluster state given."""
+    """Simulate scheduling ``claims`` (one pod's, in pod order) against the cluster state given.
+
+    ``node_labels`` (by node name) serve slices that select nodes by label; without them a node
+    has only its ``kubernetes.io/hostname`` label.
+    """
     state = AllocatedState.from_claims(allocated)
     pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
     done = [c for c in claims if (c.get("status") or {}).get("allocation")]
@@ -84,7 +89,7 @@ def explain(
     cands: dict[tuple[int, str], list[Candidate]] = {}
     chosen: NodeOutcome | None = None
     for node in nodes_of(slices):
-        labels = {"kubernetes.io/hostname": node} if node else {}
+        labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
         pools = gather_pools(slices, node, labels)
         alloc = NodeAllocator(pending, classes, pools, state, node)
         outcome = alloc.run()

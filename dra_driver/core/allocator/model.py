@@ -81,12 +81,17 @@ def claim_key(claim: Mapping[str, Any]) -> str:
 class AllocatedState:
     """Devices and capacity already in use in the cluster (from allocated claims)."""
 
-    devices: dict[DeviceID, str] = field(default_factory=dict)  # device -> claim holding it
-    shared: dict[DeviceID, dict[str, Quantity]] = field(default_factory=dict)  # consumed capacity per shared device
+    devices: dict[DeviceID, str] = field(default_factory=dict)  # dedicated device -> claim holding it
+    shared_ids: set[DeviceID] = field(default_factory=set)  # devices with at least one shared allocation
+    shared: dict[DeviceID, dict[str, Quantity]] = field(default_factory=dict)  # aggregated consumed capacity
 
     @staticmethod
     def from_claims(claims: Sequence[Mapping[str, Any]]) -> AllocatedState:
-        """The scheduler's view of allocated claims (admin-access results do not count)."""
+        """The scheduler's view of allocated claims (``GatherAllocatedState``).
+
+        Admin-access results do not count. A result with a share id is a shared allocation; its
+        consumed capacity (when the result records one, even empty) adds to the device's aggregate.
+        """
         st = AllocatedState()
         for c in claims:
             alloc = (c.get("status") or {}).get("allocation") or {}
@@ -95,16 +100,18 @@ class AllocatedState:
                     continue
                 dev = (str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
                 if r.get("shareID"):
-                    agg = st.shared.setdefault(dev, {})
-                    for k, v in (r.get("consumedCapacity") or {}).items():
-                        agg[k] = agg[k].add(qty(v)) if k in agg else qty(v)
+                    st.shared_ids.add(dev)
+                    if r.get("consumedCapacity") is not None:
+                        agg = st.shared.setdefault(dev, {})
+                        for k, v in r["consumedCapacity"].items():
+                            agg[k] = agg[k].add(qty(v)) if k in agg else qty(v)
                 else:
                     st.devices[dev] = claim_key(c)
         return st
 
     def in_use(self, dev: DeviceID) -> bool:
-        """Allocated, shared or not (for counter accounting)."""
-        return dev in self.devices or dev in self.shared
+        """``IsDeviceAllocated``: dedicated, shared or with consumed capacity (for counter accounting)."""
+        return dev in self.devices or dev in self.shared_ids or dev in self.shared
 
 
 @dataclass(slots=True)
@@ -132,6 +139,7 @@ class Result:
     device: str
     share_id: bool = False
     consumed: dict[str, Quantity] = field(default_factory=dict)
+    admin_access: bool = False
 
 
 @dataclass(slots=True)

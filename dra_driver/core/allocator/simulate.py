@@ -25,7 +25,7 @@ from dra_driver.core.allocator.model import (
     claim_requests,
     qty,
 )
-from dra_driver.core.cel import CelError, compile_selector, device_value
+from dra_driver.core.cel import CelError, DeviceView, compile_selector
 from dra_driver.core.cel.quantity import Quantity
 
 MAX_RESULTS = 32  # resourceapi.AllocationResultsMaxSize
@@ -191,6 +191,7 @@ def untolerated_taint(device: Mapping[str, Any], req: Request) -> Mapping[str, A
 
 
 def _consumed(req_val: Quantity | None, cap: Mapping[str, Any]) -> Quantity:  # noqa: PLR0911
+    """``calculateConsumedCapacity``: the request rounded up to the policy, else the default, else all."""
     policy = cap.get("requestPolicy")
     if req_val is None:
         if policy and policy.get("default") is not None:
@@ -206,12 +207,11 @@ def _consumed(req_val: Quantity | None, cap: Mapping[str, Any]) -> Quantity:  # 
         if rng.get("step") is None:
             return req_val
         r, step, m = _int_value(req_val), _int_value(qty(rng["step"])), _int_value(lo)
-        n, mod = divmod(r - m, step) if step else (0, 0)
-        n = _go_div(r - m, step)
-        if (r - m) - n * step != 0:
+        added = r - m
+        n = _go_div(added, step)
+        if added - n * step != 0:
             n += 1
-        _ = mod
-        return qty(m + step * n)
+        return Quantity(m + step * n, 0, small=True, fmt="BinarySI")  # resource.NewQuantity(val, BinarySI)
     if policy.get("validValues") is not None:
         for v in policy["validValues"]:
             if req_val.cmp(qty(v)) <= 0:
@@ -231,10 +231,16 @@ def _int_value(q: Quantity) -> int:
     return int(n)
 
 
+def _same_quantity(a: Quantity, b: Quantity) -> bool:
+    """Go's ``==`` on two ``resource.Quantity`` structs: the same int64 form and format, not just value."""
+    return a.small and b.small and a.unscaled == b.unscaled and a.exp == b.exp and a.format == b.format
+
+
 def _violates(consumed: Quantity, policy: Mapping[str, Any] | None) -> bool:
+    """``violatesPolicy``."""
     if not policy:
         return False
-    if policy.get("default") is not None and consumed.cmp(qty(policy["default"])) == 0:
+    if policy.get("default") is not None and _same_quantity(consumed, qty(policy["default"])):
         return False
     rng = policy.get("validRange")
     if rng is not None:
@@ -286,13 +292,13 @@ class NodeAllocator:
         self.requests = [claim_requests(c) for c in claims]
         self.match_cache: dict[tuple[int, str, DeviceID], bool] = {}
         self.allocating: dict[DeviceID, set[int]] = {}
-        self.allocating_capacity: dict[DeviceID, list[dict[str, Quantity]]] = {}
+        self.allocating_capacity: dict[DeviceID, dict[str, Quantity]] = {}  # aggregated, as cel-go keeps it
         self.consumed_counters: dict[str, dict[str, dict[str, Quantity]]] = {}
         self.available_counters: dict[str, dict[str, dict[str, Quantity]]] = {}
         self.results: list[list[Result]] = [[] for _ in claims]
         self.constraints: list[list[_Constraint]] = []
         self.all_devices: dict[tuple[int, int, int], list[tuple[Pool, Mapping[str, Any], Mapping[str, Any]]]] = {}
-        self._values: dict[DeviceID, dict[str, Any]] = {}
+        self._views: dict[DeviceID, DeviceView] = {}
 
     # -- setup ----------------------------------------------------------------------------------
     def run(self) -> NodeOutcome:
@@ -401,22 +407,22 @@ class NodeAllocator:
             except CelError as err:
                 raise AllocationAborted(f"{where}: selector #{i}: CEL compile error: {err.message}") from None
             try:
-                value = self._values.get(did)
-                if value is None:
-                    value = self._values[did] = device_value(d, driver=did[0])
-                if not sel.matches_value(value):
+                if not sel.matches_view(self.view(did, d)):
                     return False
             except CelError as err:
                 raise AllocationAborted(f"{where}: selector #{i}: CEL runtime error: {err.message}") from None
         return True
 
+    def view(self, did: DeviceID, d: Mapping[str, Any]) -> DeviceView:
+        """The device as selectors see it (built once per attempt; answers are shared by projection)."""
+        v = self._views.get(did)
+        if v is None:
+            v = self._views[did] = DeviceView.of(d, did[0])
+        return v
+
     def _capacity_ok(self, req: Request, pool: Pool, d: Mapping[str, Any]) -> tuple[bool, str]:
         did = self.dev_id(pool, d)
-        allocating: dict[str, Quantity] = {}
-        for entry in self.allocating_capacity.get(did, []):
-            for k, v in entry.items():
-                allocating[k] = allocating[k].add(v) if k in allocating else v
-        return capacity_fits(req, d, self.state.shared.get(did), allocating)
+        return capacity_fits(req, d, self.state.shared.get(did), self.allocating_capacity.get(did))
 
     def in_use(self, did: DeviceID) -> bool:
         """Allocated in the cluster (dedicated) or picked earlier in this attempt."""
@@ -509,7 +515,7 @@ class NodeAllocator:
                     undo()
         return False
 
-    def _allocate(self, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any], *, must: bool) -> Any:  # noqa: PLR0911
+    def _allocate(self, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any], *, must: bool) -> Any:  # noqa: PLR0911, PLR0912
         did = self.dev_id(pool, d)
         shared = bool(d.get("allowMultipleAllocations"))
         if not shared and req.admin_access and ci in self.allocating.get(did, set()):
@@ -553,15 +559,29 @@ class NodeAllocator:
         consumed: dict[str, Quantity] = {}
         if shared:
             consumed = {n: _consumed(req.capacity.get(n), cap) for n, cap in (d.get("capacity") or {}).items()}
-            entries = self.allocating_capacity.setdefault(did, [])
-            entries.append(consumed)
+            existed = did in self.allocating_capacity
+            agg = self.allocating_capacity.setdefault(did, {})
+            for k, v in consumed.items():
+                agg[k] = agg[k].add(v) if k in agg else v
 
             def drop() -> None:
-                entries.remove(consumed)
+                # ConsumedCapacityCollection.Remove: subtract, forget the device once all is zero;
+                # an entry that predates this share stays (it marks the device as already shared).
+                cur = self.allocating_capacity.get(did)
+                if cur is not None:
+                    for k, v in consumed.items():
+                        if k in cur:
+                            cur[k] = cur[k].sub(v)
+                    if all(q.sign() == 0 for q in cur.values()):
+                        del self.allocating_capacity[did]
+                if existed and did not in self.allocating_capacity:
+                    self.allocating_capacity[did] = {}
 
             undo_steps.append(drop)
         n = len(self.results[ci])
-        self.results[ci].append(Result(claim_key(self.claims[ci]), req.name, did[0], did[1], did[2], shared, consumed))
+        self.results[ci].append(
+            Result(claim_key(self.claims[ci]), req.name, did[0], did[1], did[2], shared, consumed, req.admin_access)
+        )
         undo_steps.append(lambda: self.results[ci].__delitem__(slice(n, None)))
         return rollback
 
@@ -671,7 +691,7 @@ def _explain_device(a: NodeAllocator, ci: int, req: Request, pool: Pool, s: Mapp
     for where, sels in groups:
         for i, expr in enumerate(sels):
             try:
-                ok = compile_selector(expr).matches(d, driver=did[0])
+                ok = compile_selector(expr).matches_view(a.view(did, d))
             except CelError as err:
                 kind = "CEL compile error" if err.kind == "compile" else "CEL runtime error"
                 return Candidate(a.node, name, "error", f"{where} selector #{i}: {kind}: {err.message}")

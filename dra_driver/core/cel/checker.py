@@ -67,7 +67,7 @@ class Checked:
         self.issues: list[Issue] = []
 
 
-def _literal_type(v: object) -> Type:
+def _literal_type(v: object) -> Type:  # noqa: PLR0911
     if v is None:
         return NULL
     if isinstance(v, bool):
@@ -131,7 +131,7 @@ class Checker:
         return VARIABLES.get(name)
 
     # -- nodes ----------------------------------------------------------------------------------
-    def check(self, e: Expr) -> None:  # noqa: PLR0912
+    def check(self, e: Expr) -> None:
         if isinstance(e, Literal):
             self.set_type(e, _literal_type(e.value))
         elif isinstance(e, Ident):
@@ -354,7 +354,7 @@ def _walk(e: Expr) -> list[Expr]:
     return out
 
 
-def validate(root: Expr, checked: Checked) -> None:
+def validate(root: Expr, checked: Checked) -> None:  # noqa: PLR0912
     """The Kubernetes environment's AST validators (after a clean check)."""
     nodes = _walk(root)
     for n in nodes:
@@ -382,7 +382,9 @@ def validate(root: Expr, checked: Checked) -> None:
                     kt, vt = k, v
                     continue
                 if not equivalent(kt, k):
-                    checked.issues.append(Issue(entry.key.offset, f"expected type '{format_type(kt)}' but found '{format_type(k)}'"))
+                    checked.issues.append(
+                        Issue(entry.key.offset, f"expected type '{format_type(kt)}' but found '{format_type(k)}'")
+                    )
                 if not equivalent(vt, v):
                     checked.issues.append(
                         Issue(entry.value.offset, f"expected type '{format_type(vt)}' but found '{format_type(v)}'")

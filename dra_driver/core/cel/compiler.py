@@ -13,6 +13,7 @@ from __future__ import annotations
 from dra_driver.core.cel import types
 from dra_driver.core.cel.checker import check
 from dra_driver.core.cel.planner import BUDGET, Plan, PlanError, RuntimeBudget, plan
+from dra_driver.core.cel.projection import Reads, reads
 from dra_driver.core.cel.syntax import (
     Call,
     Comprehension,
@@ -63,8 +64,8 @@ def _estimate(e: Expr) -> float:
     return 0
 
 
-def compile_expression(text: str) -> tuple[str, Plan, float]:
-    """(result type as cel-go prints it, plan, estimated cost). Raises :class:`CompileError`."""
+def compile_expression(text: str) -> tuple[str, Plan, float, Reads]:
+    """(result type as cel-go prints it, plan, estimated cost, what it reads). Raises :class:`CompileError`."""
     source = Source(text)
     try:
         root = parse(text)
@@ -82,4 +83,4 @@ def compile_expression(text: str) -> tuple[str, Plan, float]:
         program = plan(root, checked)
     except PlanError as err:
         raise CompileError(str(err), stage="plan") from None
-    return result.display(), program, _estimate(root)
+    return result.display(), program, _estimate(root), reads(root)

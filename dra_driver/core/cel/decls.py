@@ -338,7 +338,7 @@ resource|groupcheck_resource|m|kubernetes.authorization.GroupCheck, string|kuber
 reverse|list_reverse|m|list(<T>)|list(<T>)|T
 semver|string_to_semver|g|string|kubernetes.Semver|
 semver|string_bool_to_semver|g|string, bool|kubernetes.Semver|
-serviceAccount|authorizer_serviceaccount|m|kubernetes.authorization.Authorizer, string, string|kubernetes.authorization.Authorizer|
+serviceAccount|authorizer_serviceaccount|m|kubernetes.authorization.Authorizer,string,string|kubernetes.authorization.Authorizer|
 sets.contains|list_sets_contains_list|g|list(<T>), list(<T>)|bool|T
 sets.equivalent|list_sets_equivalent_list|g|list(<T>), list(<T>)|bool|T
 sets.intersects|list_sets_intersects_list|g|list(<T>), list(<T>)|bool|T
@@ -432,7 +432,7 @@ def _split_args(text: str) -> list[str]:
 
 
 @functools.cache
-def parse_type(text: str) -> Type:
+def parse_type(text: str) -> Type:  # noqa: PLR0911
     """A type as cel-go prints it: ``list(<A>)``, ``map(string, dyn)``, ``optional_type(<V>)``, names."""
     text = text.strip()
     if text.startswith("<") and text.endswith(">"):

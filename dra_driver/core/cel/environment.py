@@ -10,15 +10,31 @@ both :class:`CelError`, with the scheduler's wording after its prefix (``CEL com
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.core.cel.compiler import BUDGET, COST_LIMIT, CompileError, Plan, RuntimeBudget, compile_expression
+from dra_driver.core.cel.projection import DeviceView, Projector
 from dra_driver.core.cel.quantity import Quantity, QuantityError, parse_quantity
 from dra_driver.core.cel.semver import Semver, SemverError, parse_semver
 from dra_driver.core.cel.values import CelType, DomainMap, EvalError, Optional, Panic, Uint, type_name
+
+__all__ = [
+    "MAX_COST",
+    "MAX_EXPRESSION_LENGTH",
+    "CelCompileError",
+    "CelError",
+    "CelRuntimeError",
+    "CompiledSelector",
+    "DeviceView",
+    "compile_selector",
+    "device_value",
+    "split_qualified_name",
+    "validate_selector",
+]
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength
 MAX_COST = COST_LIMIT  # resourceapi.CELSelectorExpressionMaxCost, estimated (validation) and actual (scheduling)
@@ -46,18 +62,47 @@ class CelRuntimeError(CelError):
     kind = "runtime"
 
 
+_PROJECTION_CACHE_LIMIT = 65536
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledSelector:
-    """One compiled selector expression; evaluate with :meth:`matches`."""
+    """One compiled selector expression; evaluate with :meth:`matches` or, for many devices, :meth:`matches_view`."""
 
     expression: str
     result_type: str
     estimated_cost: float
     plan: Plan
+    projector: Projector
+    answers: dict[tuple[Any, ...], bool | CelRuntimeError] = field(default_factory=dict, compare=False)
 
     def matches(self, device: Mapping[str, Any], *, driver: str, cost_limit: int = MAX_COST) -> bool:
         """Evaluate against one ResourceSlice device (API JSON). Raises :class:`CelRuntimeError`."""
         return self.matches_value(device_value(device, driver=driver), cost_limit=cost_limit)
+
+    def matches_view(self, view: DeviceView) -> bool:
+        """Like :meth:`matches`, evaluated once per distinct projection of the device (see ``projection.py``).
+
+        Devices that agree on everything the selector reads share one evaluation; a device that
+        fails conversion (an unparsable version) fails every selector, as in the scheduler.
+        """
+        if view.error is not None:
+            raise CelRuntimeError(view.error)
+        key = self.projector.key(view)
+        if key is None:
+            return self.matches_value(view.value())
+        hit = self.answers.get(key)
+        if hit is None:
+            try:
+                hit = self.matches_value(view.value())
+            except CelRuntimeError as err:
+                hit = err
+            if len(self.answers) >= _PROJECTION_CACHE_LIMIT:
+                self.answers.clear()
+            self.answers[key] = hit
+        if isinstance(hit, CelRuntimeError):
+            raise CelRuntimeError(hit.message)
+        return hit
 
     def matches_value(self, value: dict[str, Any], *, cost_limit: int = MAX_COST) -> bool:
         """Evaluate against a prepared ``device`` value (see :func:`device_value`)."""
@@ -119,8 +164,8 @@ def compile_selector(expression: str) -> CompiledSelector:
         hit = _cache.get(expression)
     if hit is None:
         try:
-            rtype, plan, cost = compile_expression(expression)
-            hit = CompiledSelector(expression, rtype, cost, plan)
+            rtype, plan, cost, what = compile_expression(expression)
+            hit = CompiledSelector(expression, rtype, cost, plan, Projector(what))
         except CompileError as err:
             prefix = {"check": "compilation failed: ", "result": "", "plan": "program instantiation failed: "}[err.stage]
             hit = CelCompileError(prefix + str(err))
@@ -165,11 +210,29 @@ def _attribute_value(name: str, attr: Mapping[str, Any]) -> Any:
     if "string" in attr:
         return str(attr["string"])
     if "version" in attr:
-        try:
-            return parse_semver(str(attr["version"]))
-        except SemverError as err:
-            raise CelRuntimeError(f"attribute {name}: parse semantic version: {err}") from None
+        v = _version(str(attr["version"]))
+        if isinstance(v, SemverError):
+            raise CelRuntimeError(f"attribute {name}: parse semantic version: {v}")
+        return v
     raise CelRuntimeError(f"attribute {name}: unsupported attribute value")
+
+
+@functools.lru_cache(maxsize=4096)
+def _version(text: str) -> Semver | SemverError:
+    """Parsed once per distinct string (values are never mutated)."""
+    try:
+        return parse_semver(text)
+    except SemverError as err:
+        return err
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity(text: str) -> Quantity | QuantityError:
+    """Parsed once per distinct string (capacities are never mutated)."""
+    try:
+        return parse_quantity(text)
+    except QuantityError as err:
+        return err
 
 
 def device_value(device: Mapping[str, Any], *, driver: str) -> dict[str, Any]:
@@ -181,10 +244,9 @@ def device_value(device: Mapping[str, Any], *, driver: str) -> dict[str, Any]:
     capacity: DomainMap = DomainMap()
     for name, cap in (device.get("capacity") or {}).items():
         domain, ident = split_qualified_name(name, driver)
-        try:
-            q = parse_quantity(str(cap.get("value", "")))
-        except QuantityError as err:
-            raise CelRuntimeError(f"capacity {name}: {err}") from None
+        q = _quantity(str(cap.get("value", "")))
+        if isinstance(q, QuantityError):
+            raise CelRuntimeError(f"capacity {name}: {q}")
         capacity.setdefault(domain, {})[ident] = q
     return {
         "driver": driver,

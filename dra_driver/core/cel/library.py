@@ -219,7 +219,7 @@ SINGLETONS: dict[str, tuple[Impl, str | None]] = {
     "size": (_size, "size"),
     "type": (_type, None),
     "dyn": (lambda v: v, None),
-    "matches": (lambda s, p: _match(s, p), "matcher"),
+    "matches": (lambda s, p: _match(s, p), "matcher"),  # noqa: PLW0108 (_match is defined below)
 }
 
 
@@ -373,7 +373,7 @@ def _find(s: str, pattern: str) -> str:
     try:
         rx = regex.compile_re2(pattern)
     except regex.RegexError as err:
-        raise EvalError(f"Illegal regex: {str(err)}") from None
+        raise EvalError(f"Illegal regex: {err!s}") from None
     except regex.RegexUnsupported as err:
         raise EvalError(str(err)) from None
     m = rx.search(s)
@@ -384,7 +384,7 @@ def _find_all(s: str, pattern: str, n: int = -1) -> list[str]:
     try:
         rx = regex.compile_re2(pattern)
     except regex.RegexError as err:
-        raise EvalError(f"Illegal regex: {str(err)}") from None
+        raise EvalError(f"Illegal regex: {err!s}") from None
     except regex.RegexUnsupported as err:
         raise EvalError(str(err)) from None
     return find_all_compiled(rx, s, n)
@@ -484,7 +484,9 @@ def _substring(s: str, start: int, end: int | None = None) -> str:
     return s[start:end]
 
 
-_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 def _join(items: list[Any], sep: str = "") -> str:
@@ -783,6 +785,7 @@ IMPLS["list_int_sum_int"] = _sum(0)
 IMPLS["list_uint_sum_uint"] = _sum(Uint(0))
 IMPLS["list_double_sum_double"] = _sum(0.0)
 
+
 def _map_insert(m: dict[Any, Any], k: Any, v: Any) -> dict[Any, Any]:
     if map_contains(m, k):
         raise EvalError(f"insert failed: key {go_v(k)} already exists")
@@ -808,7 +811,9 @@ UNGUARDED = frozenset({"contains_string", "ends_with_string", "starts_with_strin
 def _impl(function: str, overload_id: str) -> Impl:
     impl = IMPLS.get(overload_id)
     if impl is None:
-        raise EvalError(f"{function}() ({overload_id}) is declared by the Kubernetes CEL environment but not supported by dra-gpu")
+        raise EvalError(
+            f"{function}() ({overload_id}) is declared by the Kubernetes CEL environment but not supported by dra-gpu"
+        )
     return impl
 
 

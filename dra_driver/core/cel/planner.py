@@ -203,21 +203,21 @@ class Planner:
             v = e.value
             return (lambda act: v), v
         if isinstance(e, Ident):
-            return self.ident(e), _NO_CONST
+            return self._ident(e), _NO_CONST
         if isinstance(e, Select):
-            return self.select(e), _NO_CONST
+            return self._select(e), _NO_CONST
         if isinstance(e, Call):
-            return self.call(e)
+            return self._call(e)
         if isinstance(e, CreateList):
-            return self.create_list(e)
+            return self._create_list(e)
         if isinstance(e, CreateMap):
-            return self.create_map(e)
+            return self._create_map(e)
         if isinstance(e, Comprehension):
-            return self.comprehension(e), _NO_CONST
+            return self._comprehension(e), _NO_CONST
         raise PlanError(f"cannot plan {type(e).__name__}")
 
     # -- leaves ---------------------------------------------------------------------------------
-    def ident(self, e: Ident) -> Plan:
+    def _ident(self, e: Ident) -> Plan:
         name = e.name
         if name in TYPE_IDENTS:
             tv = CelType(name)
@@ -238,7 +238,7 @@ class Planner:
 
         return var
 
-    def select(self, e: Select) -> Plan:
+    def _select(self, e: Select) -> Plan:
         operand = self.plan(e.operand)
         field = e.field
         if e.test_only:
@@ -254,7 +254,7 @@ class Planner:
 
         return sel
 
-    def create_list(self, e: CreateList) -> tuple[Plan, Any]:
+    def _create_list(self, e: CreateList) -> tuple[Plan, Any]:
         parts = [self._plan(x) for x in e.elements]
         if all(c is not _NO_CONST for _, c in parts):
             value = [c for _, c in parts]
@@ -262,7 +262,7 @@ class Planner:
         plans = [p for p, _ in parts]
         return (lambda act: [p(act) for p in plans]), _NO_CONST
 
-    def create_map(self, e: CreateMap) -> tuple[Plan, Any]:
+    def _create_map(self, e: CreateMap) -> tuple[Plan, Any]:
         parts = [(self._plan(en.key), self._plan(en.value)) for en in e.entries]
 
         def build(act: Activation) -> Any:
@@ -290,13 +290,13 @@ class Planner:
         return build, _NO_CONST
 
     # -- calls ----------------------------------------------------------------------------------
-    def call(self, e: Call) -> tuple[Plan, Any]:  # noqa: PLR0911, PLR0912
+    def _call(self, e: Call) -> tuple[Plan, Any]:  # noqa: PLR0911, PLR0912
         fn = e.function
         arg_exprs = ([e.target] if e.target is not None else []) + e.args
         if fn in ("_&&_", "_||_"):
-            return self.logic(fn, arg_exprs), _NO_CONST
+            return self._logic(fn, arg_exprs), _NO_CONST
         if fn == "_?_:_":
-            return self.conditional(arg_exprs), _NO_CONST
+            return self._conditional(arg_exprs), _NO_CONST
         if fn == "@not_strictly_false":
             inner = self.plan(arg_exprs[0])
 
@@ -329,14 +329,14 @@ class Planner:
         if fn == "@in" and parts[1][1] is not _NO_CONST and type(parts[1][1]) is list:
             if not parts[1][1]:
                 return (lambda act: False), False  # cel-go folds `x in []` to false, x unevaluated
-            return self.set_membership(plans[0], parts[1][1]), _NO_CONST
+            return self._set_membership(plans[0], parts[1][1]), _NO_CONST
         if fn in ("or", "orValue") and len(plans) == 2:
             return self.optional_or(fn, plans[0], plans[1]), _NO_CONST
         if fn in ("matches", "find", "findAll") and len(parts) >= 2 and type(parts[1][1]) is str:
             optimized = self.constant_regex(fn, parts[1][1], plans)
             if optimized is not None:
                 return optimized, _NO_CONST
-        return self.generic(fn, refs, plans), _NO_CONST
+        return self._generic(fn, refs, plans), _NO_CONST
 
     def constant_regex(self, fn: str, pattern: str, plans: list[Plan]) -> Plan | None:
         """cel-go's regex optimization: compile a constant pattern once; the call skips its type guard."""
@@ -396,7 +396,7 @@ class Planner:
 
         return run
 
-    def generic(self, fn: str, refs: list[str], plans: list[Plan]) -> Plan:
+    def _generic(self, fn: str, refs: list[str], plans: list[Plan]) -> Plan:
         call = library.call
         if len(plans) == 1:
             p0 = plans[0]
@@ -406,7 +406,7 @@ class Planner:
             return lambda act: call(fn, refs, [p0(act), p1(act)])
         return lambda act: call(fn, refs, [p(act) for p in plans])
 
-    def set_membership(self, needle: Plan, items: list[Any]) -> Plan:
+    def _set_membership(self, needle: Plan, items: list[Any]) -> Plan:
         for x in items:
             if type(x) not in (bool, int, Uint, float, str):
                 # Non-primitive elements: no set (cel-go keeps the general membership test).
@@ -428,7 +428,7 @@ class Planner:
 
         return member
 
-    def logic(self, fn: str, arg_exprs: list[Expr]) -> Plan:
+    def _logic(self, fn: str, arg_exprs: list[Expr]) -> Plan:
         terms = [self.plan(a) for a in arg_exprs]
         decisive = fn == "_||_"
 
@@ -452,7 +452,7 @@ class Planner:
 
         return run
 
-    def conditional(self, arg_exprs: list[Expr]) -> Plan:
+    def _conditional(self, arg_exprs: list[Expr]) -> Plan:
         cond, then, other = (self.plan(a) for a in arg_exprs)
 
         def run(act: Activation) -> Any:
@@ -466,7 +466,7 @@ class Planner:
         return run
 
     # -- comprehensions -------------------------------------------------------------------------
-    def comprehension(self, e: Comprehension) -> Plan:
+    def _comprehension(self, e: Comprehension) -> Plan:  # noqa: PLR0915
         rng = self.plan(e.iter_range)
         init = self.plan(e.accu_init)
         cond = self.plan(e.loop_condition)
@@ -474,7 +474,7 @@ class Planner:
         result = self.plan(e.result)
         it_var, it_var2, accu_var = e.iter_var, e.iter_var2, e.accu_var
 
-        def run(act: Activation) -> Any:
+        def run(act: Activation) -> Any:  # noqa: PLR0912
             items = rng(act)
             pairs: list[tuple[Any, Any]] | None = None
             if type(items) is list:

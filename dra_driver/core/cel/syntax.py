@@ -18,7 +18,7 @@ import importlib.resources
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import lark
 
@@ -198,7 +198,7 @@ class Builder:
         self.issues: list[Issue] = []
 
     # -- helpers -----------------------------------------------------------------------------------
-    def nid(self) -> int:
+    def _nid(self) -> int:
         i = self.next_id
         self.next_id += 1
         return i
@@ -218,38 +218,38 @@ class Builder:
             return pos
         return pos
 
-    def error(self, offset: int, message: str) -> Expr:
+    def _error(self, offset: int, message: str) -> Expr:
         self.issues.append(Issue(offset, message))
-        return Literal(self.nid(), offset, None)
+        return Literal(self._nid(), offset, None)
 
     @staticmethod
-    def start(t: Any) -> int:
+    def _start(t: Any) -> int:
         if isinstance(t, lark.Token):
             return int(t.start_pos or 0)
         return int(t.meta.start_pos)
 
     @staticmethod
-    def end(t: Any) -> int:
+    def _end(t: Any) -> int:
         if isinstance(t, lark.Token):
             return int(t.end_pos or 0)
         return int(t.meta.end_pos)
 
     # -- dispatch --------------------------------------------------------------------------------
-    def build(self, t: Any) -> Expr:
-        method: Callable[[lark.Tree[Any]], Expr] | None = getattr(self, f"b_{t.data}", None)
+    def _build(self, t: Any) -> Expr:
+        method: Callable[[lark.Tree[Any]], Expr] | None = getattr(self, f"_b_{t.data}", None)
         if method is None:
-            return self.error(self.start(t), f"unsupported syntax: {t.data}")
+            return self._error(self._start(t), f"unsupported syntax: {t.data}")
         return method(t)
 
-    def b_expr(self, t: lark.Tree[Any]) -> Expr:
+    def _b_expr(self, t: lark.Tree[Any]) -> Expr:
         if len(t.children) == 1:
-            return self.build(t.children[0])
+            return self._build(t.children[0])
         cond_t, then_t, else_t = t.children
-        cond = self.build(cond_t)
-        q = self.token_after(self.end(cond_t), "?")
-        then = self.build(then_t)
-        other = self.build(else_t)
-        return Call(self.nid(), q, "_?_:_", None, [cond, then, other])
+        cond = self._build(cond_t)
+        q = self.token_after(self._end(cond_t), "?")
+        then = self._build(then_t)
+        other = self._build(else_t)
+        return Call(self._nid(), q, "_?_:_", None, [cond, then, other])
 
     def _logic(self, t: lark.Tree[Any], op: str, fn: str) -> Expr:
         # Flatten the left-recursive chain, then balance it as cel-go's parser does.
@@ -260,26 +260,26 @@ class Builder:
             node = node.children[0]
         terms_t.append(node.children[0])
         terms_t.reverse()
-        terms = [self.build(x) for x in terms_t]
+        terms = [self._build(x) for x in terms_t]
         if len(terms) == 1:
             return terms[0]
-        ops = [self.token_after(self.end(x), op) for x in terms_t[:-1]]
+        ops = [self.token_after(self._end(x), op) for x in terms_t[:-1]]
 
         def balanced(lo: int, hi: int) -> Expr:
             mid = (lo + hi + 1) // 2
             left = terms[mid] if mid == lo else balanced(lo, mid - 1)
             right = terms[mid + 1] if mid == hi else balanced(mid + 1, hi)
-            return Call(self.nid(), ops[mid], fn, None, [left, right])
+            return Call(self._nid(), ops[mid], fn, None, [left, right])
 
         return balanced(0, len(ops) - 1)
 
-    def b_conditionalor(self, t: lark.Tree[Any]) -> Expr:
+    def _b_conditionalor(self, t: lark.Tree[Any]) -> Expr:
         return self._logic(t, "||", "_||_")
 
-    def b_conditionaland(self, t: lark.Tree[Any]) -> Expr:
+    def _b_conditionaland(self, t: lark.Tree[Any]) -> Expr:
         return self._logic(t, "&&", "_&&_")
 
-    _BINARY = {
+    _BINARY: ClassVar[dict[str, tuple[str, str]]] = {
         "relation_lt": ("<", "_<_"),
         "relation_le": ("<=", "_<=_"),
         "relation_gt": (">", "_>_"),
@@ -296,125 +296,127 @@ class Builder:
 
     def _binary(self, t: lark.Tree[Any]) -> Expr:
         if len(t.children) == 1:
-            return self.build(t.children[0])
+            return self._build(t.children[0])
         op_t, right_t = t.children
         token, fn = self._BINARY[op_t.data]
-        left = self.build(op_t.children[0])
-        at = self.end(op_t) - len(token)
-        right = self.build(right_t)
-        return Call(self.nid(), at, fn, None, [left, right])
+        left = self._build(op_t.children[0])
+        at = self._end(op_t) - len(token)
+        right = self._build(right_t)
+        return Call(self._nid(), at, fn, None, [left, right])
 
-    b_relation = _binary
-    b_addition = _binary
-    b_multiplication = _binary
+    _b_relation = _binary
+    _b_addition = _binary
+    _b_multiplication = _binary
 
-    def b_unary(self, t: lark.Tree[Any]) -> Expr:
+    def _b_unary(self, t: lark.Tree[Any]) -> Expr:
         if len(t.children) == 1:
-            return self.build(t.children[0])
+            return self._build(t.children[0])
         kind = t.children[0].data
         count = 0
         node: Any = t
         while isinstance(node, lark.Tree) and node.data == "unary" and len(node.children) == 2 and node.children[0].data == kind:
             count += 1
             node = node.children[1]
-        operand = self.build(node)
+        operand = self._build(node)
         if count % 2 == 0:
             return operand
         fn = "!_" if kind == "unary_not" else "-_"
-        return Call(self.nid(), self.start(t), fn, None, [operand])
+        return Call(self._nid(), self._start(t), fn, None, [operand])
 
-    def b_member(self, t: lark.Tree[Any]) -> Expr:
-        return self.build(t.children[0])
+    def _b_member(self, t: lark.Tree[Any]) -> Expr:
+        return self._build(t.children[0])
 
-    def b_primary(self, t: lark.Tree[Any]) -> Expr:
-        return self.build(t.children[0])
+    def _b_primary(self, t: lark.Tree[Any]) -> Expr:
+        return self._build(t.children[0])
 
-    def b_paren_expr(self, t: lark.Tree[Any]) -> Expr:
-        return self.build(t.children[0])
+    def _b_paren_expr(self, t: lark.Tree[Any]) -> Expr:
+        return self._build(t.children[0])
 
-    def b_member_dot(self, t: lark.Tree[Any]) -> Expr:
+    def _b_member_dot(self, t: lark.Tree[Any]) -> Expr:
         operand_t, ident = t.children
-        operand = self.build(operand_t)
-        dot = self.token_after(self.end(operand_t), ".")
+        operand = self._build(operand_t)
+        dot = self.token_after(self._end(operand_t), ".")
         if dot in self.selects:
-            name = Literal(self.nid(), self.start(ident), str(ident))
-            return Call(self.nid(), dot, "_?._", None, [operand, name])
-        return Select(self.nid(), dot, operand, str(ident))
+            name = Literal(self._nid(), self._start(ident), str(ident))
+            return Call(self._nid(), dot, "_?._", None, [operand, name])
+        return Select(self._nid(), dot, operand, str(ident))
 
     def _args(self, t: Any) -> list[Expr]:
         if t is None:
             return []
-        return [self.build(c) for c in t.children]
+        return [self._build(c) for c in t.children]
 
-    def b_member_dot_arg(self, t: lark.Tree[Any]) -> Expr:
+    def _b_member_dot_arg(self, t: lark.Tree[Any]) -> Expr:
         operand_t, ident = t.children[0], t.children[1]
-        target = self.build(operand_t)
-        open_paren = self.token_after(self.end(ident), "(")
+        target = self._build(operand_t)
+        open_paren = self.token_after(self._end(ident), "(")
         args = self._args(t.children[2] if len(t.children) > 2 else None)
-        return self.call(open_paren, str(ident), target, args)
+        return self._call(open_paren, str(ident), target, args)
 
-    def b_member_index(self, t: lark.Tree[Any]) -> Expr:
+    def _b_member_index(self, t: lark.Tree[Any]) -> Expr:
         operand_t, key_t = t.children
-        operand = self.build(operand_t)
-        bracket = self.token_after(self.end(operand_t), "[")
-        key = self.build(key_t)
+        operand = self._build(operand_t)
+        bracket = self.token_after(self._end(operand_t), "[")
+        key = self._build(key_t)
         fn = "_[?_]" if bracket in self.indexes else "_[_]"
-        return Call(self.nid(), bracket, fn, None, [operand, key])
+        return Call(self._nid(), bracket, fn, None, [operand, key])
 
-    def b_member_object(self, t: lark.Tree[Any]) -> Expr:
-        return self.error(self.start(t), "message construction is not supported by the DRA environment")
+    def _b_member_object(self, t: lark.Tree[Any]) -> Expr:
+        return self._error(self._start(t), "message construction is not supported by the DRA environment")
 
-    def b_ident_arg(self, t: lark.Tree[Any]) -> Expr:
+    def _b_ident_arg(self, t: lark.Tree[Any]) -> Expr:
         ident = t.children[0]
-        open_paren = self.token_after(self.end(ident), "(")
+        open_paren = self.token_after(self._end(ident), "(")
         args = self._args(t.children[1] if len(t.children) > 1 else None)
-        return self.call(open_paren, str(ident), None, args)
+        return self._call(open_paren, str(ident), None, args)
 
-    def b_dot_ident_arg(self, t: lark.Tree[Any]) -> Expr:
-        return self.b_ident_arg(t)
+    def _b_dot_ident_arg(self, t: lark.Tree[Any]) -> Expr:
+        return self._b_ident_arg(t)
 
-    def b_ident(self, t: lark.Tree[Any]) -> Expr:
+    def _b_ident(self, t: lark.Tree[Any]) -> Expr:
         tok = t.children[0]
-        return Ident(self.nid(), self.start(tok), str(tok))
+        return Ident(self._nid(), self._start(tok), str(tok))
 
-    def b_dot_ident(self, t: lark.Tree[Any]) -> Expr:
-        return self.b_ident(t)
+    def _b_dot_ident(self, t: lark.Tree[Any]) -> Expr:
+        return self._b_ident(t)
 
-    def b_list_lit(self, t: lark.Tree[Any]) -> Expr:
+    def _b_list_lit(self, t: lark.Tree[Any]) -> Expr:
         elems = self._args(t.children[0] if t.children else None)
-        return CreateList(self.nid(), self.start(t), elems)
+        return CreateList(self._nid(), self._start(t), elems)
 
-    def b_map_lit(self, t: lark.Tree[Any]) -> Expr:
-        at = self.start(t)
+    def _b_map_lit(self, t: lark.Tree[Any]) -> Expr:
+        at = self._start(t)
         items = list(t.children[0].children) if t.children else []
         entries = []
         for i in range(0, len(items), 2):
-            key = self.build(items[i])
-            colon = self.token_after(self.end(items[i]), ":")
-            value = self.build(items[i + 1])
-            entries.append(MapEntry(self.nid(), colon, key, value))
-        return CreateMap(self.nid(), at, entries)
+            key = self._build(items[i])
+            colon = self.token_after(self._end(items[i]), ":")
+            value = self._build(items[i + 1])
+            entries.append(MapEntry(self._nid(), colon, key, value))
+        return CreateMap(self._nid(), at, entries)
 
-    def b_literal(self, t: lark.Tree[Any]) -> Expr:
+    def _b_literal(self, t: lark.Tree[Any]) -> Expr:
         from celpy.evaluation import celbytes, celstr
 
         tok = t.children[0]
-        kind, text, at = tok.type, str(tok), self.start(tok)
+        if not isinstance(tok, lark.Token):
+            return self._error(self._start(t), "unsupported literal")
+        kind, text, at = tok.type, str(tok), self._start(tok)
         value: Any
         if kind == "INT_LIT":
             body = text.lstrip("-")
             v = int(body, 16) if body[:2].lower() == "0x" else int(body)
             v = -v if text.startswith("-") else v
             if not _INT64_MIN <= v <= _INT64_MAX:
-                return self.error(at, f"invalid int literal '{text}'")
+                return self._error(at, f"invalid int literal '{text}'")
             value = v
         elif kind == "UINT_LIT":
             body = text[:-1]
             if body.startswith("-"):
-                return self.error(at, f"invalid uint literal '{text}'")
+                return self._error(at, f"invalid uint literal '{text}'")
             u = int(body, 16) if body[:2].lower() == "0x" else int(body)
             if u > _UINT64_MAX:
-                return self.error(at, f"invalid uint literal '{text}'")
+                return self._error(at, f"invalid uint literal '{text}'")
             value = Uint(u)
         elif kind == "FLOAT_LIT":
             value = float(text)
@@ -427,77 +429,79 @@ class Builder:
         elif kind == "NULL_LIT":
             value = None
         else:
-            return self.error(at, f"unsupported literal {text}")
-        return Literal(self.nid(), at, value)
+            return self._error(at, f"unsupported literal {text}")
+        return Literal(self._nid(), at, value)
 
     # -- calls and macros ------------------------------------------------------------------------
-    def call(self, at: int, name: str, target: Expr | None, args: list[Expr]) -> Expr:
-        expanded = self.macro(at, name, target, args)
+    def _call(self, at: int, name: str, target: Expr | None, args: list[Expr]) -> Expr:
+        expanded = self._macro(at, name, target, args)
         if expanded is not None:
             return expanded
-        return Call(self.nid(), at, name, target, args)
+        return Call(self._nid(), at, name, target, args)
 
-    def macro(self, at: int, name: str, target: Expr | None, args: list[Expr]) -> Expr | None:  # noqa: PLR0911
+    def _macro(self, at: int, name: str, target: Expr | None, args: list[Expr]) -> Expr | None:  # noqa: PLR0911
         n = len(args)
         if target is None:
             if name == "has" and n == 1:
                 arg = args[0]
                 if isinstance(arg, Select) and not arg.test_only:
-                    return Select(self.nid(), at, arg.operand, arg.field, test_only=True)
-                return self.error(arg.offset, "invalid argument to has() macro")
+                    return Select(self._nid(), at, arg.operand, arg.field, test_only=True)
+                return self._error(arg.offset, "invalid argument to has() macro")
             return None
         if name in ("all", "exists", "exists_one") and n == 2:
-            return self.quantifier(at, name, target, args)
+            return self._quantifier(at, name, target, args)
         if name == "map" and n in (2, 3):
-            return self.map_macro(at, target, args)
+            return self._map_macro(at, target, args)
         if name == "filter" and n == 2:
-            return self.filter_macro(at, target, args)
+            return self._filter_macro(at, target, args)
         if name == "bind" and n == 3 and isinstance(target, Ident) and target.name == "cel":
             var = args[0]
             if not isinstance(var, Ident):
-                return self.error(var.offset, "cel.bind() variable names must be simple identifiers")
+                return self._error(var.offset, "cel.bind() variable names must be simple identifiers")
             return Comprehension(
-                self.nid(),
+                self._nid(),
                 at,
                 UNUSED_ITER,
-                CreateList(self.nid(), at, []),
+                CreateList(self._nid(), at, []),
                 var.name,
                 args[1],
-                Literal(self.nid(), at, False),
-                Ident(self.nid(), at, var.name),
+                Literal(self._nid(), at, False),
+                Ident(self._nid(), at, var.name),
                 args[2],
             )
         if name in ("all", "exists", "existsOne", "exists_one") and n == 3:
-            return self.quantifier2(at, name, target, args)
+            return self._quantifier2(at, name, target, args)
         if name in ("transformList", "transformMap", "transformMapEntry") and n in (3, 4):
-            return self.transform2(at, name, target, args)
+            return self._transform2(at, name, target, args)
         if name in ("optMap", "optFlatMap", "sortBy") and n == 2:
-            return self.error(at, f"the {name}() macro is not supported by dra-gpu's CEL environment")
+            return self._error(at, f"the {name}() macro is not supported by dra-gpu's CEL environment")
         return None
 
     def _iter_vars(self, a0: Expr, a1: Expr) -> tuple[str, str] | Expr:
         if not isinstance(a0, Ident):
-            return self.error(a0.offset, "argument must be a simple name")
+            return self._error(a0.offset, "argument must be a simple name")
         if not isinstance(a1, Ident):
-            return self.error(a1.offset, "argument must be a simple name")
+            return self._error(a1.offset, "argument must be a simple name")
         if a0.name == a1.name:
-            return self.error(a1.offset, f"duplicate variable name: {a0.name}")
+            return self._error(a1.offset, f"duplicate variable name: {a0.name}")
         if a0.name in (ACCU, "__result__"):
-            return self.error(a0.offset, "iteration variable overwrites accumulator variable")
+            return self._error(a0.offset, "iteration variable overwrites accumulator variable")
         if a1.name in (ACCU, "__result__"):
-            return self.error(a1.offset, "iteration variable overwrites accumulator variable")
+            return self._error(a1.offset, "iteration variable overwrites accumulator variable")
         return a0.name, a1.name
 
-    def quantifier2(self, at: int, name: str, target: Expr, args: list[Expr]) -> Expr:
+    def _quantifier2(self, at: int, name: str, target: Expr, args: list[Expr]) -> Expr:
         names = self._iter_vars(args[0], args[1])
         if isinstance(names, Expr):
             return names
-        one = self.quantifier(at, {"existsOne": "exists_one"}.get(name, name), target, [Ident(self.nid(), at, names[0]), args[2]])
-        assert isinstance(one, Comprehension)
-        one.iter_var2 = names[1]
+        one = self._quantifier(
+            at, {"existsOne": "exists_one"}.get(name, name), target, [Ident(self._nid(), at, names[0]), args[2]]
+        )
+        if isinstance(one, Comprehension):
+            one.iter_var2 = names[1]
         return one
 
-    def transform2(self, at: int, name: str, target: Expr, args: list[Expr]) -> Expr:
+    def _transform2(self, at: int, name: str, target: Expr, args: list[Expr]) -> Expr:
         names = self._iter_vars(args[0], args[1])
         if isinstance(names, Expr):
             return names
@@ -505,29 +509,31 @@ class Builder:
         init: Expr
         step: Expr
         if name == "transformList":
-            init = CreateList(self.nid(), at, [])
-            step = Call(self.nid(), at, "_+_", None, [self.accu(at), CreateList(self.nid(), at, [fn])])
+            init = CreateList(self._nid(), at, [])
+            step = Call(self._nid(), at, "_+_", None, [self._accu(at), CreateList(self._nid(), at, [fn])])
         else:
-            init = CreateMap(self.nid(), at, [])
-            insert_args = [self.accu(at), Ident(self.nid(), at, names[0]), fn] if name == "transformMap" else [self.accu(at), fn]
-            step = Call(self.nid(), at, "cel.@mapInsert", None, insert_args)
+            init = CreateMap(self._nid(), at, [])
+            insert_args = (
+                [self._accu(at), Ident(self._nid(), at, names[0]), fn] if name == "transformMap" else [self._accu(at), fn]
+            )
+            step = Call(self._nid(), at, "cel.@mapInsert", None, insert_args)
         if len(args) == 4:
-            step = Call(self.nid(), at, "_?_:_", None, [args[2], step, self.accu(at)])
+            step = Call(self._nid(), at, "_?_:_", None, [args[2], step, self._accu(at)])
         return Comprehension(
-            self.nid(), at, names[0], target, ACCU, init, Literal(self.nid(), at, True), step, self.accu(at), names[1]
+            self._nid(), at, names[0], target, ACCU, init, Literal(self._nid(), at, True), step, self._accu(at), names[1]
         )
 
     def _iter_var(self, arg: Expr, message: str) -> str | Expr:
         if not isinstance(arg, Ident):
-            return self.error(arg.offset, message)
+            return self._error(arg.offset, message)
         if arg.name in (ACCU, "__result__"):
-            return self.error(arg.offset, "iteration variable overwrites accumulator variable")
+            return self._error(arg.offset, "iteration variable overwrites accumulator variable")
         return arg.name
 
-    def accu(self, at: int) -> Ident:
-        return Ident(self.nid(), at, ACCU)
+    def _accu(self, at: int) -> Ident:
+        return Ident(self._nid(), at, ACCU)
 
-    def quantifier(self, at: int, name: str, target: Expr, args: list[Expr]) -> Expr:
+    def _quantifier(self, at: int, name: str, target: Expr, args: list[Expr]) -> Expr:
         var = self._iter_var(args[0], "argument must be a simple name")
         if isinstance(var, Expr):
             return var
@@ -537,51 +543,67 @@ class Builder:
         step: Expr
         result: Expr
         if name == "all":
-            init = Literal(self.nid(), at, True)
-            cond = Call(self.nid(), at, "@not_strictly_false", None, [self.accu(at)])
-            step = Call(self.nid(), at, "_&&_", None, [self.accu(at), pred])
-            result = self.accu(at)
+            init = Literal(self._nid(), at, True)
+            cond = Call(self._nid(), at, "@not_strictly_false", None, [self._accu(at)])
+            step = Call(self._nid(), at, "_&&_", None, [self._accu(at), pred])
+            result = self._accu(at)
         elif name == "exists":
-            init = Literal(self.nid(), at, False)
-            cond = Call(self.nid(), at, "@not_strictly_false", None, [Call(self.nid(), at, "!_", None, [self.accu(at)])])
-            step = Call(self.nid(), at, "_||_", None, [self.accu(at), pred])
-            result = self.accu(at)
+            init = Literal(self._nid(), at, False)
+            cond = Call(self._nid(), at, "@not_strictly_false", None, [Call(self._nid(), at, "!_", None, [self._accu(at)])])
+            step = Call(self._nid(), at, "_||_", None, [self._accu(at), pred])
+            result = self._accu(at)
         else:
-            init = Literal(self.nid(), at, 0)
-            cond = Literal(self.nid(), at, True)
-            plus = Call(self.nid(), at, "_+_", None, [self.accu(at), Literal(self.nid(), at, 1)])
-            step = Call(self.nid(), at, "_?_:_", None, [pred, plus, self.accu(at)])
-            result = Call(self.nid(), at, "_==_", None, [self.accu(at), Literal(self.nid(), at, 1)])
-        return Comprehension(self.nid(), at, var, target, ACCU, init, cond, step, result)
+            init = Literal(self._nid(), at, 0)
+            cond = Literal(self._nid(), at, True)
+            plus = Call(self._nid(), at, "_+_", None, [self._accu(at), Literal(self._nid(), at, 1)])
+            step = Call(self._nid(), at, "_?_:_", None, [pred, plus, self._accu(at)])
+            result = Call(self._nid(), at, "_==_", None, [self._accu(at), Literal(self._nid(), at, 1)])
+        return Comprehension(self._nid(), at, var, target, ACCU, init, cond, step, result)
 
-    def map_macro(self, at: int, target: Expr, args: list[Expr]) -> Expr:
+    def _map_macro(self, at: int, target: Expr, args: list[Expr]) -> Expr:
         var = self._iter_var(args[0], "argument is not an identifier")
         if isinstance(var, Expr):
             return var
         fn = args[-1]
-        step: Expr = Call(self.nid(), at, "_+_", None, [self.accu(at), CreateList(self.nid(), at, [fn])])
+        step: Expr = Call(self._nid(), at, "_+_", None, [self._accu(at), CreateList(self._nid(), at, [fn])])
         if len(args) == 3:
-            step = Call(self.nid(), at, "_?_:_", None, [args[1], step, self.accu(at)])
+            step = Call(self._nid(), at, "_?_:_", None, [args[1], step, self._accu(at)])
         return Comprehension(
-            self.nid(), at, var, target, ACCU, CreateList(self.nid(), at, []), Literal(self.nid(), at, True), step, self.accu(at)
+            self._nid(),
+            at,
+            var,
+            target,
+            ACCU,
+            CreateList(self._nid(), at, []),
+            Literal(self._nid(), at, True),
+            step,
+            self._accu(at),
         )
 
-    def filter_macro(self, at: int, target: Expr, args: list[Expr]) -> Expr:
+    def _filter_macro(self, at: int, target: Expr, args: list[Expr]) -> Expr:
         var = self._iter_var(args[0], "argument is not an identifier")
         if isinstance(var, Expr):
             return var
-        item = Ident(self.nid(), args[0].offset, var)
-        step: Expr = Call(self.nid(), at, "_+_", None, [self.accu(at), CreateList(self.nid(), at, [item])])
-        step = Call(self.nid(), at, "_?_:_", None, [args[1], step, self.accu(at)])
+        item = Ident(self._nid(), args[0].offset, var)
+        step: Expr = Call(self._nid(), at, "_+_", None, [self._accu(at), CreateList(self._nid(), at, [item])])
+        step = Call(self._nid(), at, "_?_:_", None, [args[1], step, self._accu(at)])
         return Comprehension(
-            self.nid(), at, var, target, ACCU, CreateList(self.nid(), at, []), Literal(self.nid(), at, True), step, self.accu(at)
+            self._nid(),
+            at,
+            var,
+            target,
+            ACCU,
+            CreateList(self._nid(), at, []),
+            Literal(self._nid(), at, True),
+            step,
+            self._accu(at),
         )
 
 
 def to_ast(tree: lark.Tree[Any], blanked: str, selects: set[int], indexes: set[int]) -> Expr:
     """The expression tree of a Lark parse tree; raises :class:`SyntaxIssue` on macro misuse."""
     b = Builder(blanked, selects, indexes)
-    e = b.build(tree)
+    e = b._build(tree)
     if b.issues:
         raise SyntaxIssue(b.issues)
     return e

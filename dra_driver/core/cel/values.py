@@ -29,7 +29,7 @@ class EvalError(Exception):
     """A CEL runtime error (the message is cel-go's)."""
 
 
-class Panic(Exception):  # noqa: N818
+class Panic(Exception):
     """A Go runtime panic inside cel-go, which aborts the whole evaluation (``internal error: ...``).
 
     Unlike :class:`EvalError` no ``||``, ``&&`` or fold absorbs it.
@@ -148,7 +148,7 @@ def _float_digits(v: float) -> tuple[str, int]:
     return text, len(text) + int(exp) - 1
 
 
-def _go_float(v: float, threshold: int) -> str:
+def _go_float(v: float, threshold: int) -> str:  # noqa: PLR0911
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
@@ -238,7 +238,7 @@ def _cmp_int_uint(i: int, u: int) -> int:
     return (i > u) - (i < u)
 
 
-def num_compare(a: Any, b: Any) -> int:
+def num_compare(a: Any, b: Any) -> int:  # noqa: PLR0911
     """Cross-type numeric ordering as cel-go computes it (ints meet doubles as doubles)."""
     ta, tb = type(a), type(b)
     if ta is float:
@@ -264,11 +264,11 @@ def equal(a: Any, b: Any) -> bool:  # noqa: PLR0911, PLR0912
     if ta is Quantity:
         if type(b) is not Quantity or b.ptr:
             raise EvalError("no such overload")
-        return a.cmp(b) == 0
+        return bool(a.cmp(b) == 0)
     if ta is Semver:
         if type(b) is not Semver:
             raise EvalError("no such overload")
-        return a.compare(b) == 0
+        return bool(a.compare(b) == 0)
     if ta is float or ta is int or ta is Uint:
         if not is_numeric(b):
             return False
@@ -352,9 +352,8 @@ def map_find(m: dict[Any, Any], key: Any) -> tuple[bool, Any]:  # noqa: PLR0911
                 return True, v
         return False, None
     if tk is int or tk is Uint or tk is float:
-        if tk is float:
-            if not key.is_integer():
-                return False, None
+        if tk is float and not key.is_integer():
+            return False, None
         for k, v in m.items():
             if is_numeric(k) and type(k) is not float and int(k) == int(key):
                 if tk is float and float(int(key)) != key:
