@@ -26,6 +26,7 @@ records, and every part checks that unprepare left none behind. Then everything 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -163,6 +164,28 @@ def run(workdir: Path) -> int:
         say("Why the pending pods are pending (the scheduler's words):")
         for line in why:
             say(f"  {line}")
+        say("")
+        say("And dra-gpu's answer, read live from the cluster (dra-gpu explain pod/NAME -n dra-demo, first lines):")
+        for pname in sorted(EXPECT_PENDING):
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "dra_driver.cli.main",
+                    "explain",
+                    f"pod/{pname}",
+                    "-n",
+                    NS,
+                    "--kubeconfig",
+                    str(c.kubeconfig),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            ).stdout
+            for line in out.splitlines()[:3]:
+                say(f"  {line[:200]}")
         say("")
         say("Sharing applied at prepare (the simulator's records of what nvidia-smi / nvidia-cuda-mps-control would set):")
         for pl in plugins:
