@@ -160,12 +160,11 @@ def run(settings: Settings, stop: threading.Event) -> int:
             latency=settings.fake_mig_latency,
             boot_id=read_boot_id(settings.boot_id_file),
         )
-    # The startup sweep may destroy leftover instances, so publish what is left after it.
-    state = _build_state(
-        settings, gpus, node_publication(gpus, settings.mig, backend, consumable=settings.consumable), backend, api_client
-    )
-    state.startup()
+    # One publication: the start-up sweep only destroys dynamic instances, which the publication
+    # (every placement, carved or not) does not list; static instances are never touched.
     publication = node_publication(gpus, settings.mig, backend, consumable=settings.consumable)
+    state = _build_state(settings, gpus, publication, backend, api_client)
+    state.startup()
     for note in publication.notes:
         log.warning("publication_note", note=note)
     log.info(

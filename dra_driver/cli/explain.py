@@ -275,14 +275,18 @@ def render_text(results: list[tuple[str, Explanation]]) -> str:
 
 def _explain_cmd(args: argparse.Namespace) -> int:
     live = args.target is not None
+    usage = ""
+    if live and (args.filename or args.slices or args.classes or args.allocated):
+        usage = "give either NAME (read from the cluster) or -f with --slices (files), not both"
+    elif not live and (not args.filename or not args.slices):
+        usage = "give NAME to read from the cluster, or -f and --slices for files"
+    if usage:
+        print(f"dra-gpu explain: {usage}", file=sys.stderr)
+        return 2
     try:
         if live:
-            if args.filename or args.slices or args.classes or args.allocated:
-                raise InputError("give either NAME (read from the cluster) or -f with --slices (files), not both")  # noqa: TRY301
             results = run_live(target=args.target, namespace=args.namespace, kubeconfig=args.kubeconfig or default_kubeconfig())
         else:
-            if not args.filename or not args.slices:
-                raise InputError("give NAME to read from the cluster, or -f and --slices for files")  # noqa: TRY301
             results = run_explain(manifests=args.filename, slices=args.slices, classes=args.classes, allocated=args.allocated)
     except InputError as err:
         print(f"dra-gpu explain: {err}", file=sys.stderr)

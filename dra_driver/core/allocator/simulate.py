@@ -190,7 +190,7 @@ def untolerated_taint(device: Mapping[str, Any], req: Request) -> Mapping[str, A
     return None
 
 
-def _consumed(req_val: Quantity | None, cap: Mapping[str, Any]) -> Quantity:  # noqa: PLR0911
+def _consumed(req_val: Quantity | None, cap: Mapping[str, Any]) -> Quantity:  # noqa: PLR0911 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
     """``calculateConsumedCapacity``: the request rounded up to the policy, else the default, else all."""
     policy = cap.get("requestPolicy")
     if req_val is None:
@@ -314,7 +314,7 @@ class NodeAllocator:
             return NodeOutcome(self.node, None, None, "cannot allocate all claims")
         return NodeOutcome(self.node, [r for rs in self.results for r in rs], None, None)
 
-    def _validate(self) -> None:  # noqa: PLR0912
+    def _validate(self) -> None:  # noqa: PLR0912 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
         for ci, claim in enumerate(self.claims):
             key = claim_key(claim)
             total = 0
@@ -460,7 +460,7 @@ class NodeAllocator:
                 cset[n] = (v if sign > 0 else v.neg()) if cur is None else (cur.add(v) if sign > 0 else cur.sub(v))
 
     # -- the search -----------------------------------------------------------------------------
-    def _one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: tuple[int, int, int]) -> bool:  # noqa: PLR0911, PLR0912, PLR0917
+    def _one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: tuple[int, int, int]) -> bool:  # noqa: PLR0911, PLR0912, PLR0917 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
         if ci >= len(self.claims):
             return True
         if ri >= len(self.requests[ci]):
@@ -515,7 +515,7 @@ class NodeAllocator:
                     undo()
         return False
 
-    def _allocate(self, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any], *, must: bool) -> Any:  # noqa: PLR0911, PLR0912
+    def _allocate(self, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any], *, must: bool) -> Any:  # noqa: PLR0911, PLR0912 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
         did = self.dev_id(pool, d)
         shared = bool(d.get("allowMultipleAllocations"))
         if not shared and req.admin_access and ci in self.allocating.get(did, set()):
@@ -675,7 +675,7 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
     return out
 
 
-def _explain_device(a: NodeAllocator, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any]) -> Candidate:  # noqa: PLR0911, PLR0917
+def _explain_device(a: NodeAllocator, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any]) -> Candidate:  # noqa: PLR0911, PLR0917 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
     did = a.dev_id(pool, d)
     name = f"{pool.name}/{did[2]}"
     if did in a.state.devices and not req.admin_access:

@@ -432,7 +432,7 @@ def _split_args(text: str) -> list[str]:
 
 
 @functools.cache
-def parse_type(text: str) -> Type:  # noqa: PLR0911
+def parse_type(text: str) -> Type:  # noqa: PLR0911 - one branch per type constructor of the declaration syntax
     """A type as cel-go prints it: ``list(<A>)``, ``map(string, dyn)``, ``optional_type(<V>)``, names."""
     text = text.strip()
     if text.startswith("<") and text.endswith(">"):

@@ -120,7 +120,7 @@ class CompiledSelector:
         return result
 
 
-def _not_bool(v: Any) -> str:  # noqa: PLR0911
+def _not_bool(v: Any) -> str:  # noqa: PLR0911 - one message per result type, as cel-go words them
     """cel-go's ``ConvertToNative(bool)`` error for a value of each type."""
     t = type(v)
     if t is int:

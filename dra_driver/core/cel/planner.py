@@ -197,7 +197,7 @@ class Planner:
         """The closure for ``e``."""
         return self._plan(e)[0]
 
-    def _plan(self, e: Expr) -> tuple[Plan, Any]:  # noqa: PLR0911
+    def _plan(self, e: Expr) -> tuple[Plan, Any]:  # noqa: PLR0911 - one branch per expression kind / call shape, as cel-go's planner
         """(plan, constant value or _NO_CONST)."""
         if isinstance(e, Literal):
             v = e.value
@@ -290,7 +290,7 @@ class Planner:
         return build, _NO_CONST
 
     # -- calls ----------------------------------------------------------------------------------
-    def _call(self, e: Call) -> tuple[Plan, Any]:  # noqa: PLR0911, PLR0912
+    def _call(self, e: Call) -> tuple[Plan, Any]:  # noqa: PLR0911, PLR0912 - one branch per expression kind / call shape, as cel-go's planner
         fn = e.function
         arg_exprs = ([e.target] if e.target is not None else []) + e.args
         if fn in ("_&&_", "_||_"):
@@ -466,7 +466,7 @@ class Planner:
         return run
 
     # -- comprehensions -------------------------------------------------------------------------
-    def _comprehension(self, e: Comprehension) -> Plan:  # noqa: PLR0915
+    def _comprehension(self, e: Comprehension) -> Plan:  # noqa: PLR0915 - one branch per expression kind / call shape, as cel-go's planner
         rng = self.plan(e.iter_range)
         init = self.plan(e.accu_init)
         cond = self.plan(e.loop_condition)
@@ -474,7 +474,7 @@ class Planner:
         result = self.plan(e.result)
         it_var, it_var2, accu_var = e.iter_var, e.iter_var2, e.accu_var
 
-        def run(act: Activation) -> Any:  # noqa: PLR0912
+        def run(act: Activation) -> Any:  # noqa: PLR0912 - one branch per expression kind / call shape, as cel-go's planner
             items = rng(act)
             pairs: list[tuple[Any, Any]] | None = None
             if type(items) is list:

@@ -87,7 +87,7 @@ class _Analyzer:
                 return which, e.field
         return None
 
-    def visit(self, e: Expr) -> None:  # noqa: PLR0911, PLR0912, PLR0915
+    def visit(self, e: Expr) -> None:  # noqa: PLR0911, PLR0912, PLR0915 - one branch per expression kind (a visitor)
         # device.attributes["d"].x / ["x"] / .?x / [?"x"] / has(...)
         if isinstance(e, Select):
             dm = self.domain_map(e.operand)
@@ -215,7 +215,8 @@ class DeviceView:
             from dra_driver.core.cel.environment import device_value
 
             self.cached_value = device_value(self.device, driver=self.driver)
-        return self.cached_value  # type: ignore[no-any-return]
+        value: dict[str, Any] = self.cached_value
+        return value
 
     def piece(self, which: str, domain: str, ident: str | None) -> Any:
         """The hashable value of one read (missing reads as None)."""

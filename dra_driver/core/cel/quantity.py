@@ -122,7 +122,7 @@ def _fits(v: int) -> bool:
     return _INT64_MIN <= v <= _INT64_MAX
 
 
-def _small_add(av: int, ascale: int, bv: int, bscale: int) -> tuple[int, int] | None:  # noqa: PLR0911
+def _small_add(av: int, ascale: int, bv: int, bscale: int) -> tuple[int, int] | None:  # noqa: PLR0911 - follows apimachinery's quantity parser case by case; splitting it would hide the correspondence
     if bv == 0:
         return av, ascale
     if av == 0:
@@ -152,7 +152,7 @@ def from_int(value: int, fmt: str = "DecimalSI") -> Quantity:
     return Quantity(value, 0, small=True, fmt=fmt)
 
 
-def _split(s: str) -> tuple[bool, str, str, str, str]:  # noqa: PLR0912
+def _split(s: str) -> tuple[bool, str, str, str, str]:  # noqa: PLR0912 - follows apimachinery's quantity parser case by case; splitting it would hide the correspondence
     """The ``parseQuantityString`` of apimachinery: (positive, value, num, denom, suffix)."""
     positive = True
     pos, end = 0, len(s)
@@ -227,7 +227,7 @@ def _dec_from_string(value: str) -> tuple[int, int]:
     return sign * int(digits), -len(frac)
 
 
-def parse_quantity(s: str) -> Quantity:  # noqa: PLR0912
+def parse_quantity(s: str) -> Quantity:  # noqa: PLR0912 - follows apimachinery's quantity parser case by case; splitting it would hide the correspondence
     """``resource.ParseQuantity``; raises :class:`QuantityError` with apimachinery's message."""
     if not s:
         raise QuantityError(ERR_FORMAT)

@@ -341,7 +341,7 @@ class _Translator:
     def wrap_flags(self, text: str) -> str:
         return f"(?i:{text})" if self.flags.fold else text
 
-    def run(self) -> str:  # noqa: PLR0912, PLR0915
+    def run(self) -> str:  # noqa: PLR0912, PLR0915 - follows Go's regexp/syntax parser step by step, so its errors match
         t = self.whole
         i = 0
         last_repeat = -1  # offset where the previous repetition operator started
@@ -428,7 +428,7 @@ class _Translator:
         self.push(f"(?:{text}){q}{'' if greedy else '?'}", max(n, 1))
         return after, i
 
-    def perl_flags(self, i: int) -> int:  # noqa: PLR0912
+    def perl_flags(self, i: int) -> int:  # noqa: PLR0912 - follows Go's regexp/syntax parser step by step, so its errors match
         t = self.whole
         if t.startswith("(?P<", i) or t.startswith("(?<", i):
             start = i + (4 if t[i + 2] == "P" else 3)
@@ -474,7 +474,7 @@ class _Translator:
                 break
         raise _err("invalid or unsupported Perl syntax", t[i:j])
 
-    def escape(self, i: int) -> int:  # noqa: PLR0911
+    def escape(self, i: int) -> int:  # noqa: PLR0911 - follows Go's regexp/syntax parser step by step, so its errors match
         t = self.whole
         nxt = t[i + 1] if i + 1 < len(t) else ""
         simple = {"A": "\\A", "z": "\\Z", "b": f"\\b(?<=[{_WORD}]|(?<![{_WORD}]))", "B": None}
@@ -507,7 +507,7 @@ class _Translator:
         self.push(self.wrap_flags(_class_text(cp, cp) if cp > 0x7F else re.escape(chr(cp))))
         return j
 
-    def parse_escape(self, i: int) -> tuple[int, int]:  # noqa: PLR0912
+    def parse_escape(self, i: int) -> tuple[int, int]:  # noqa: PLR0912 - follows Go's regexp/syntax parser step by step, so its errors match
         t = self.whole
         if i + 1 >= len(t):
             raise RegexError("error parsing regexp: trailing backslash at end of expression: ``")
@@ -584,7 +584,7 @@ class _Translator:
             raise _err("invalid character class range", seq) from None
         return ("^" if negate else "") + body, j
 
-    def char_class(self, i: int) -> int:  # noqa: PLR0912, PLR0915
+    def char_class(self, i: int) -> int:  # noqa: PLR0912, PLR0915 - follows Go's regexp/syntax parser step by step, so its errors match
         t = self.whole
         j = i + 1
         negate = False

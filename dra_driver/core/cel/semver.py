@@ -88,7 +88,7 @@ def _number(part: str, what: str) -> int:
     return v
 
 
-def parse_semver(s: str) -> Semver:  # noqa: PLR0912
+def parse_semver(s: str) -> Semver:  # noqa: PLR0912 - follows the Go semver parser case by case
     """Strict parse (``semver.Parse``)."""
     if not s:
         raise SemverError("Version string empty")

@@ -439,7 +439,7 @@ class Builder:
             return expanded
         return Call(self._nid(), at, name, target, args)
 
-    def _macro(self, at: int, name: str, target: Expr | None, args: list[Expr]) -> Expr | None:  # noqa: PLR0911
+    def _macro(self, at: int, name: str, target: Expr | None, args: list[Expr]) -> Expr | None:  # noqa: PLR0911 - one branch per CEL macro
         n = len(args)
         if target is None:
             if name == "has" and n == 1:

@@ -169,7 +169,7 @@ class Mapping:
         self.subs[src] = dst
 
 
-def _less_or_equally_specific(a: Type, b: Type) -> bool:  # noqa: PLR0911
+def _less_or_equally_specific(a: Type, b: Type) -> bool:  # noqa: PLR0911 - one branch per type kind, as cel-go's type assignability
     if is_dyn(a) or a.kind == TYPE_PARAM_KIND:
         return True
     if is_dyn(b) or b.kind == TYPE_PARAM_KIND:
@@ -229,7 +229,7 @@ def _nullable(t: Type) -> bool:
     return t.kind in (OPAQUE_KIND, STRUCT_KIND, ANY_KIND, DURATION_KIND, TIMESTAMP_KIND) or _type_assignable_from(t, NULL)
 
 
-def _assignable(m: Mapping, t1: Type, t2: Type) -> bool:  # noqa: PLR0911
+def _assignable(m: Mapping, t1: Type, t2: Type) -> bool:  # noqa: PLR0911 - one branch per type kind, as cel-go's type assignability
     """Whether t1 is assignable to t2, recording substitutions in ``m``."""
     if t2.kind == TYPE_PARAM_KIND:
         valid, has_sub = _valid_substitution(m, t1, t2)

@@ -85,7 +85,7 @@ class DomainMap(dict[str, Any]):
         return {}
 
 
-def type_name(v: Any) -> str:  # noqa: PLR0911, PLR0912
+def type_name(v: Any) -> str:  # noqa: PLR0911, PLR0912 - one branch per CEL runtime type, as cel-go's type switch
     """The CEL type name of a runtime value (``Type().TypeName()``)."""
     t = type(v)
     if t is bool:
@@ -148,7 +148,7 @@ def _float_digits(v: float) -> tuple[str, int]:
     return text, len(text) + int(exp) - 1
 
 
-def _go_float(v: float, threshold: int) -> str:  # noqa: PLR0911
+def _go_float(v: float, threshold: int) -> str:  # noqa: PLR0911 - one branch per CEL runtime type, as cel-go's type switch
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
@@ -238,7 +238,7 @@ def _cmp_int_uint(i: int, u: int) -> int:
     return (i > u) - (i < u)
 
 
-def num_compare(a: Any, b: Any) -> int:  # noqa: PLR0911
+def num_compare(a: Any, b: Any) -> int:  # noqa: PLR0911 - one branch per CEL runtime type, as cel-go's type switch
     """Cross-type numeric ordering as cel-go computes it (ints meet doubles as doubles)."""
     ta, tb = type(a), type(b)
     if ta is float:
@@ -256,7 +256,7 @@ def num_compare(a: Any, b: Any) -> int:  # noqa: PLR0911
     return (int(a) > int(b)) - (int(a) < int(b))
 
 
-def equal(a: Any, b: Any) -> bool:  # noqa: PLR0911, PLR0912
+def equal(a: Any, b: Any) -> bool:  # noqa: PLR0911, PLR0912 - one branch per CEL runtime type, as cel-go's type switch
     """``types.Equal(a, b)``: null first, then ``a.Equal(b)``; raises :class:`EvalError` where cel-go errs."""
     if a is None or b is None:
         return a is None and b is None
@@ -337,7 +337,7 @@ def compare(a: Any, b: Any) -> int:
     raise EvalError("no such overload")
 
 
-def map_find(m: dict[Any, Any], key: Any) -> tuple[bool, Any]:  # noqa: PLR0911
+def map_find(m: dict[Any, Any], key: Any) -> tuple[bool, Any]:  # noqa: PLR0911 - one branch per CEL runtime type, as cel-go's type switch
     """Find ``key`` in a CEL map, numeric keys equal across int/uint/double."""
     tk = type(key)
     if tk is str:
