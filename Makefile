@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: all venv k8s lint check-protos protos unit integration e2e test demo bench clean
+.PHONY: all venv k8s lint check-protos protos unit integration e2e test demo bench fuzz soak clean
 
 all: test
 
@@ -50,6 +50,10 @@ e2e: venv k8s
 
 test: venv k8s lint
 	pytest -q
+
+# Longer fuzzing than make test's fixed budget (which is DRA_GPU_FUZZ_SCALE=1).
+fuzz: venv
+	DRA_GPU_FUZZ_SCALE=$${DRA_GPU_FUZZ_SCALE:-20} pytest -q tests/fuzz
 
 demo: venv k8s
 	@echo "== what a node with 8 fake H100s publishes: dra-gpu inventory --fake-gpus h100x8 --node-name node-a (first slice)"
