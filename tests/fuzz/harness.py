@@ -97,11 +97,11 @@ QUANTITY_SHAPES: tuple[str, ...] = (
 def random_quantity(rng: random.Random) -> str:
     """A quantity-like string: valid, absurd, or almost valid."""
     shape = rng.choice(QUANTITY_SHAPES)
-    digits = lambda: str(rng.choice([0, 1, 7, 10 ** rng.randint(1, 30), rng.randint(0, 10 ** rng.randint(1, 6))]))  # noqa: E731
+    digits = str(rng.choice([0, 1, 7, 10 ** rng.randint(1, 30), rng.randint(0, 10 ** rng.randint(1, 6))]))
     exp = str(rng.choice([0, 1, 3, 18, 19, 308, 400, 2**31 - 1, 2**31, 2**63, rng.randint(0, 10**12)]))
     if rng.random() < 0.05:
         return "9" * rng.choice([19, 20, 300, 4300, 4301, 9000])
-    return shape.format(d=digits(), e=exp)
+    return shape.format(d=digits, e=exp)
 
 
 def nest(value: Any, depth: int, rng: random.Random) -> Any:
