@@ -107,6 +107,46 @@ class MigOps:
             return inst
         return None
 
+    def adopt(self, target: DeviceTarget, *, keep: Iterable[tuple[str, int]] = ()) -> ResolvedDevice | None:
+        """A recovered claim's instance at exactly the target's placement, made whole; None if absent.
+
+        Used instead of rolling back when a lost checkpoint means a container may already use
+        the instance. An instance another claim owns (``keep``) is never adopted. A GPU instance
+        left without its compute instance gets one.
+        """
+        if target.profile is None or target.placement is None:
+            raise ValueError(f"device {target.name} is not a MIG placement")
+        intent = MigRecord(target.gpu.uuid, target.profile.profile_id, target.profile.name, target.placement.start, 0)
+        inst = self.find(intent)
+        if inst is None or (inst.parent_uuid, inst.gi_id) in set(keep):
+            return None
+        if inst.ci_id is None:
+            inst = self.backend.create_compute_instance(target.gpu, inst.gi_id)
+            log.info("compute_instance_created", gi_id=inst.gi_id, ci_id=inst.ci_id, mig_uuid=inst.uuid, reason="adopted")
+        log.warning("mig_instance_adopted", device=target.name, gpu=target.gpu.uuid, gi_id=inst.gi_id, mig_uuid=inst.uuid)
+        return self.resolved(target, inst)
+
+    def dynamic_instances(self) -> list[MigInstance]:
+        """Every MIG instance on the GPUs this node partitions dynamically (their catalog is known)."""
+        return [
+            inst for gpu in self._gpus.values() if self.backend.catalog(gpu) is not None for inst in self.backend.instances(gpu)
+        ]
+
+    @staticmethod
+    def record_of(inst: MigInstance) -> MigRecord:
+        """A carved-instance record for a live instance (to own one found after a lost checkpoint)."""
+        return MigRecord(
+            inst.parent_uuid,
+            inst.profile_id,
+            inst.profile_name,
+            inst.placement.start,
+            inst.placement.size,
+            inst.gi_id,
+            inst.ci_id,
+            inst.uuid or None,
+            carved=True,
+        )
+
     # -- unprepare ----------------------------------------------------------------------------
 
     def destroy(self, rec: MigRecord, *, keep: Iterable[tuple[str, int]] = ()) -> bool:

@@ -20,25 +20,44 @@ prepares afresh. Unprepare destroys compute then GPU instance, turns MIG mode of
 GPU holds nothing and allows it, removes the CDI file, then forgets the claim. At start-up
 (dynamic MIG) every instance not owned by a completed claim is destroyed; a periodic pass
 (``collect_garbage``) unprepares claims whose ResourceClaim is gone.
+
+Outside input is bounded and isolated: the request's UIDs and names are checked (a UID twice
+in one request is an error for that UID), claims are read concurrently under one deadline
+(``LOOKUP_BUDGET_S``, below the kubelet's 45 s) with a clear error for each claim not read in
+time, and claims are decoded and their configs validated before the node-wide lock is taken.
+Every claim gets its own answer: an unexpected exception in one claim rolls back that claim
+only.
+
+Fail closed when the checkpoint cannot be trusted (the newest generation is torn, deleted,
+unreadable; see ``dra_driver.files.checkpoint_store``): nothing is destroyed on its word.
+Claims are rebuilt from what remains — the previous generation, every CDI spec on disk (a
+spec names the MIG devices it hands out), the MIG instances — and marked ``recovered``: a
+retry adopts what exists instead of rolling it back, the start-up sweep is skipped, and only
+a claim's own unprepare (or the GC once its ResourceClaim is gone) removes its resources. An
+Event says what was rebuilt and which MIG instances no claim is known to own (kept). A
+checkpoint written by a newer dra-gpu makes the plugin refuse every call with a clear error
+instead of starting empty.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
 
-from dra_driver.core.checkpoint import Checkpoint, ClaimEntry, ClaimState, MigRecord, PreparedDevice
-from dra_driver.core.claims import ClaimAllocation, ClaimError, parse_claim, validate_claim_uid
-from dra_driver.core.config import ConfigError, TimeSliceInterval
+from dra_driver.core.checkpoint import Checkpoint, CheckpointTooNew, ClaimEntry, ClaimState, MigRecord, PreparedDevice
+from dra_driver.core.claims import ClaimAllocation, ClaimError, parse_claim, validate_claim_ref, validate_claim_uid
+from dra_driver.core.config import ConfigError, TimeSliceInterval, resolve_configs
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigError, MigStrategy
 from dra_driver.core.mig_publish import DeviceTarget, Publication, full_gpu_states, publish_node
-from dra_driver.core.prepare import ClaimPlan, ResolvedDevice, plan_claim
+from dra_driver.core.prepare import ClaimPlan, ResolvedDevice, plan_claim, spec_device_uuids
 from dra_driver.core.sharing import SharingBackend
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
@@ -47,6 +66,12 @@ from kubelet_plugin.faults import crash_point
 from kubelet_plugin.mig_ops import MigOps
 
 log = structlog.get_logger(__name__)
+
+LOOKUP_BUDGET_S = 25.0
+"""All claim lookups of one call share this deadline: with the lock wait (10 s) it stays below
+the kubelet's 45 s, so every claim gets an answer of its own."""
+LOOKUP_WORKERS = 16
+"""Concurrent claim lookups per plugin (bounded: a hung API server cannot pile up threads)."""
 
 
 class ClaimReader(Protocol):
@@ -118,35 +143,62 @@ class DeviceState:
         self._notify = notify
         self._lock_timeout = lock_timeout_s
         self._mutex = threading.Lock()
+        self._lookups = ThreadPoolExecutor(max_workers=LOOKUP_WORKERS, thread_name_prefix="claim-lookup")
+        self._refusal: str | None = None
+        self.lookup_budget_s = LOOKUP_BUDGET_S
+
+    @property
+    def refusal(self) -> str | None:
+        """Why this plugin refuses every call (a checkpoint from a newer dra-gpu), or None."""
+        return self._refusal
 
     # -- start-up ---------------------------------------------------------------------------
 
     def startup(self) -> None:
-        """Load the checkpoint once at start: recover, apply a reboot, remove orphaned CDI files."""
+        """Load the checkpoint once at start: recover, apply a reboot, handle orphaned CDI files.
+
+        Never raises for any checkpoint state (no crash loop): a newer binary's checkpoint puts
+        the plugin in refusing mode; an untrusted one is rebuilt without destroying anything.
+        """
         self._cdi.ensure_root()
         self._store.ensure_dir()
         with self._locked():
-            result = self._store.load()
+            try:
+                result = self._store.load()
+            except CheckpointTooNew as err:
+                self._refuse(str(err))
+                return
             for n in result.notices:
                 self._tell(n)
-            for uid in result.dropped_claims:
-                self._cdi.remove(uid)
             cp = result.checkpoint
-            # A CDI file with no checkpoint entry is left by a kill between checkpoint writes
-            # (or by a reboot); nothing references it, so it goes.
-            for uid in self._cdi.claim_uids() - set(cp.claims):
-                self._cdi.remove(uid)
-                log.info("cdi_orphan_removed", claim_uid=uid)
-            if result.notices or result.dropped_claims:
-                self._store.save(cp)
-            self._recover_devices(cp)
+            untrusted = not result.trusted or (result.fresh and bool(self._cdi.claim_uids()))
+            if untrusted:
+                cp = self._rebuild(cp)
+            else:
+                for uid in result.dropped_claims:
+                    self._cdi.remove(uid)
+                # A CDI file with no entry in a trusted checkpoint is left by a reboot that
+                # dropped the claim; nothing references it, so it goes.
+                for uid in self._cdi.claim_uids() - set(cp.claims):
+                    self._cdi.remove(uid)
+                    log.info("cdi_orphan_removed", claim_uid=uid)
+            if untrusted or result.notices or result.dropped_claims:
+                try:
+                    self._store.save(cp)
+                except OSError as err:  # calls will fail per claim and say so; the daemon stays up
+                    log.error("checkpoint_save_failed", error=str(err))
+            self._recover_devices(cp, sweep=not untrusted)
 
-    def _recover_devices(self, cp: Checkpoint) -> None:
-        """At start: destroy MIG instances no completed claim owns; restart MPS daemons that died."""
-        if self._mig is not None and any(t.dynamic for t in self.targets.values()):
+    def _refuse(self, why: str) -> None:
+        self._refusal = f"this node's checkpoint cannot be used: {why}"
+        self._tell(Notice("CheckpointTooNew", self._refusal))
+
+    def _recover_devices(self, cp: Checkpoint, *, sweep: bool) -> None:
+        """At start: destroy MIG instances no claim owns (trusted state only); restart MPS daemons that died."""
+        if sweep and self._mig is not None and any(t.dynamic for t in self.targets.values()):
             owned: dict[str, set[int]] = {}
             for entry in cp.claims.values():
-                if entry.state is ClaimState.PREPARE_COMPLETED:
+                if entry.state is ClaimState.PREPARE_COMPLETED or entry.recovered:
                     for rec in entry.mig_records():
                         if rec.gi_id is not None:
                             owned.setdefault(rec.parent_uuid, set()).add(rec.gi_id)
@@ -161,6 +213,56 @@ class DeviceState:
                         self._sharing.start_mps(daemon)
                         log.warning("mps_restarted", claim_uid=uid, daemon=daemon.daemon_id)
 
+    def _rebuild(self, cp: Checkpoint) -> Checkpoint:
+        """Rebuild claims after the newest checkpoint generation was lost; destroy nothing.
+
+        Started entries become ``recovered`` (their prepare may have finished and been answered);
+        every CDI spec without an entry becomes a recovered entry owning the MIG instances its
+        spec hands out. MIG instances nobody is known to own are kept and reported.
+        """
+        claims = dict(cp.claims)
+        from_previous = len(claims)
+        for uid, entry in claims.items():
+            if entry.state is ClaimState.PREPARE_STARTED and not entry.recovered:
+                claims[uid] = replace(entry, recovered=True)
+        live = self._mig.dynamic_instances() if self._mig is not None else []
+        by_uuid = {inst.uuid: inst for inst in live if inst.uuid}
+        adopted: list[str] = []
+        for uid in sorted(self._cdi.claim_uids() - set(claims)):
+            try:
+                validate_claim_uid(uid)
+            except ClaimError:
+                continue
+            spec = self._cdi.read(uid)
+            records = tuple(
+                self._mig.record_of(by_uuid[u]) for u in sorted(spec_device_uuids(spec or {})) if u in by_uuid and self._mig
+            )
+            claims[uid] = ClaimEntry(ClaimState.PREPARE_STARTED, "", "", cdi_spec=spec, mig_intents=records, recovered=True)
+            adopted.append(uid)
+            log.warning("claim_adopted_from_cdi_spec", claim_uid=uid, mig=[r.mig_uuid for r in records])
+        owned = {
+            (r.parent_uuid, r.gi_id)
+            for e in claims.values()
+            for r in (*e.mig_records(), *(d.mig for d in e.devices if d.mig is not None))
+            if r.gi_id is not None
+        }
+        owned_places = {(r.parent_uuid, r.profile_id, r.start) for e in claims.values() for r in e.mig_records()}
+        unowned = [
+            i
+            for i in live
+            if (i.parent_uuid, i.gi_id) not in owned and (i.parent_uuid, i.profile_id, i.placement.start) not in owned_places
+        ]
+        kept = ", ".join(f"{i.parent_uuid}/gi{i.gi_id} {i.profile_name}@{i.placement.start}" for i in unowned)
+        message = (
+            f"checkpoint rebuilt without destroying anything: {from_previous} claim(s) from the previous generation, "
+            f"{len(adopted)} adopted from CDI specs ({', '.join(adopted) or 'none'}); "
+            f"{len(unowned)} MIG instance(s) no claim is known to own kept in place"
+            + (f" ({kept})" if unowned else "")
+            + "; each is removed by its claim's unprepare, or by an administrator"
+        )
+        self._tell(Notice("CheckpointRebuilt", message))
+        return replace(cp, claims=claims)
+
     def _tell(self, notice: Notice) -> None:
         (log.error if notice.warning else log.info)("checkpoint_notice", reason=notice.reason, detail=notice.message)
         if self._notify is not None:
@@ -170,56 +272,146 @@ class DeviceState:
                 log.warning("event_failed", reason=notice.reason, error=str(err))
 
     def _load(self) -> Checkpoint:
-        result = self._store.load()
+        """The checkpoint for a call (lock held); an untrusted one is rebuilt and saved first."""
+        try:
+            result = self._store.load()
+        except CheckpointTooNew as err:
+            self._refuse(str(err))
+            raise
         for n in result.notices:
             self._tell(n)
-        return result.checkpoint
+        cp = result.checkpoint
+        if not result.trusted:
+            cp = self._rebuild(cp)
+            self._store.save(cp)
+        return cp
 
     def _locked(self) -> Any:
         return _Locked(self._mutex, self._lock_path, self._lock_timeout)
+
+    # -- request checks and claim lookups -----------------------------------------------------
+
+    def _check_refs(
+        self, refs: list[ClaimRef], out: dict[str, Any], error: Callable[[str], Any], *, names: bool = True
+    ) -> list[ClaimRef]:
+        """The refs that may proceed; the others get ``error(message)`` in ``out``.
+
+        A UID that appears twice is refused for every entry (which name is the claim's cannot be
+        told, and the checkpoint must record the right one). ``names``: check namespace and name
+        too (prepare reads the claim by them; unprepare acts by UID alone).
+        """
+        seen: dict[str, int] = {}
+        for ref in refs:
+            seen[ref.uid] = seen.get(ref.uid, 0) + 1
+        valid: list[ClaimRef] = []
+        for ref in refs:
+            if seen[ref.uid] > 1:
+                out[ref.uid] = error(f"claim UID {ref.uid!r} appears {seen[ref.uid]} times in one request; refusing all of them")
+                continue
+            try:
+                validate_claim_uid(ref.uid)
+                if names:
+                    validate_claim_ref(ref.namespace, ref.name)
+            except ClaimError as err:
+                out[ref.uid] = error(str(err))
+                continue
+            valid.append(ref)
+        return valid
+
+    def _fetch(self, refs: list[ClaimRef], out: dict[str, Outcome]) -> dict[str, dict[str, Any]]:
+        """Read the claims concurrently under one deadline; each failure is that claim's error."""
+        futures: dict[str, Future[dict[str, Any]]] = {
+            ref.uid: self._lookups.submit(self._claims.get_claim, ref.namespace, ref.name) for ref in refs
+        }
+        wait_futures(futures.values(), timeout=self.lookup_budget_s)
+        fetched: dict[str, dict[str, Any]] = {}
+        for ref in refs:
+            fut = futures[ref.uid]
+            what = f"reading claim {ref.namespace}/{ref.name}"
+            if not fut.done():
+                fut.cancel()
+                out[ref.uid] = Outcome(error=f"{what}: no answer from the API server within {self.lookup_budget_s:.0f}s")
+                continue
+            try:
+                fetched[ref.uid] = fut.result()
+            except Exception as err:  # noqa: BLE001 - any lookup failure is this claim's error
+                out[ref.uid] = Outcome(error=f"{what}: {err}")
+        return fetched
+
+    def _precheck(self, ref: ClaimRef, obj: dict[str, Any]) -> str:
+        """Decode the claim and validate its configs outside the lock; the error, or ""."""
+        try:
+            claim = self._parse(ref, obj)
+            mig = frozenset(r.device for r in claim.results if self.targets[r.device].is_mig)
+            resolve_configs(self.driver, claim.results, claim.config, mig_devices=mig)
+        except (ClaimError, ConfigError) as err:
+            return str(err)
+        except Exception as err:  # a bug in decoding is this claim's error, not the call's
+            log.exception("claim_decode_crashed", claim_uid=ref.uid)
+            return f"internal error decoding claim {ref.namespace}/{ref.name}: {type(err).__name__}"
+        return ""
+
+    def _parse(self, ref: ClaimRef, obj: dict[str, Any]) -> ClaimAllocation:
+        return parse_claim(
+            obj,
+            uid=ref.uid,
+            driver=self.driver,
+            pool=self.pool,
+            known_devices=set(self.targets),
+            namespace=ref.namespace,
+            name=ref.name,
+        )
 
     # -- prepare ------------------------------------------------------------------------------
 
     def prepare(self, refs: list[ClaimRef]) -> dict[str, Outcome]:
         """Prepare every claim; the result has an entry for each requested claim UID."""
         out: dict[str, Outcome] = {}
-        fetched: dict[str, dict[str, Any]] = {}
-        for ref in refs:
-            try:
-                validate_claim_uid(ref.uid)
-            except ClaimError as err:
-                out[ref.uid] = Outcome(error=str(err))
-                continue
-            try:
-                fetched[ref.uid] = self._claims.get_claim(ref.namespace, ref.name)
-            except Exception as err:  # noqa: BLE001 - any lookup failure is this claim's error
-                out[ref.uid] = Outcome(error=f"reading claim {ref.namespace}/{ref.name}: {err}")
-        pending = [r for r in refs if r.uid in fetched]
+        if self._refusal is not None:
+            return {r.uid: Outcome(error=self._refusal) for r in refs}
+        valid = self._check_refs(refs, out, lambda msg: Outcome(error=msg))
+        fetched = self._fetch(valid, out)
+        rejected = {ref.uid: self._precheck(ref, fetched[ref.uid]) for ref in valid if ref.uid in fetched}
+        pending = [r for r in valid if r.uid in fetched]
         if not pending:
             return out
         try:
             with self._locked():
                 cp = self._load()
                 for ref in pending:
-                    cp, out[ref.uid] = self._prepare_one(cp, ref, fetched[ref.uid])
-        except (LockTimeout, OSError) as err:
+                    cp, out[ref.uid] = self._prepare_isolated(cp, ref, fetched[ref.uid], rejected[ref.uid])
+        except (LockTimeout, OSError, CheckpointTooNew) as err:
             for ref in pending:
                 out.setdefault(ref.uid, Outcome(error=f"preparing: {err}"))
         return out
 
-    def _prepare_one(self, cp: Checkpoint, ref: ClaimRef, obj: dict[str, Any]) -> tuple[Checkpoint, Outcome]:
+    def _prepare_isolated(self, cp: Checkpoint, ref: ClaimRef, obj: dict[str, Any], rejected: str) -> tuple[Checkpoint, Outcome]:
+        """``_prepare_one``, with an unexpected exception rolling back this claim only."""
+        try:
+            return self._prepare_one(cp, ref, obj, rejected)
+        except Exception as err:
+            log.exception("prepare_crashed", claim_uid=ref.uid, namespace=ref.namespace, claim=ref.name)
+            cp = self._load()  # what was saved before the failure
+            entry = cp.claims.get(ref.uid)
+            if entry is not None and entry.state is ClaimState.PREPARE_STARTED and not entry.recovered:
+                try:
+                    cp = self._rollback(cp, ref.uid)
+                except Exception as rb_err:  # noqa: BLE001 - stays PrepareStarted: the next call retries
+                    log.error("rollback_failed", claim_uid=ref.uid, error=str(rb_err))
+            return cp, Outcome(error=f"internal error preparing claim {ref.namespace}/{ref.name}: {type(err).__name__}: {err}")
+
+    def _prepare_one(self, cp: Checkpoint, ref: ClaimRef, obj: dict[str, Any], rejected: str = "") -> tuple[Checkpoint, Outcome]:
         bound = log.bind(claim_uid=ref.uid, namespace=ref.namespace, claim=ref.name)
         entry = cp.claims.get(ref.uid)
         if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
-            missing = [r for r in entry.mig_records() if self._mig is not None and self._mig.find(r) is None]
-            if not missing:
-                if entry.cdi_spec is not None and self._cdi.read(ref.uid) != entry.cdi_spec:
-                    self._cdi.write(ref.uid, dict(entry.cdi_spec))
-                    bound.info("cdi_spec_recreated")
-                bound.info("claim_already_prepared", devices=[d.device_name for d in entry.devices])
-                return cp, Outcome(devices=entry.devices)
-            bound.warning("mig_instance_vanished", instances=[f"{r.profile}@{r.start}" for r in missing])
-        if entry is not None:  # PrepareStarted (a previous attempt died part-way), or vanished MIG
+            answer = self._answer_again(ref.uid, entry, bound)
+            if answer is not None:
+                return cp, answer
+        if rejected:
+            bound.warning("claim_rejected", error=rejected)
+            return cp, Outcome(error=rejected)
+        recovered = entry is not None and entry.recovered
+        if entry is not None and not recovered:  # PrepareStarted (a previous attempt died part-way), or vanished MIG
             try:
                 cp = self._rollback(cp, ref.uid)
             except (MigError, OSError) as err:
@@ -227,7 +419,7 @@ class DeviceState:
                 return cp, Outcome(error=f"rolling back an earlier attempt of claim {ref.namespace}/{ref.name}: {err}")
             bound.warning("partial_prepare_rolled_back")
         try:
-            claim = parse_claim(obj, uid=ref.uid, driver=self.driver, pool=self.pool, known_devices=set(self.targets))
+            claim = self._parse(ref, obj)
             provisional = self._provisional(claim)
             first_plan = self._plan(claim, provisional, cp)  # every check, before any side effect
             self._check_sharing_possible(first_plan)
@@ -239,15 +431,16 @@ class DeviceState:
             ClaimState.PREPARE_STARTED,
             ref.namespace,
             ref.name,
-            mig_intents=intents,
+            mig_intents=intents + (entry.mig_intents if entry is not None and recovered else ()),
             time_slices=first_plan.time_slices,
             mps_daemons=first_plan.mps_daemons,
+            recovered=recovered,
         )
         cp = cp.with_claim(ref.uid, started)
         self._store.save(cp)
         crash_point("after_prepare_started")
         try:
-            resolved = self._apply(provisional)
+            resolved = self._apply(provisional, cp, ref.uid, adopt=recovered)
             plan = self._plan(claim, resolved, cp)
             self._apply_sharing(plan)
             self._cdi.write(ref.uid, plan.cdi_spec)
@@ -261,19 +454,44 @@ class DeviceState:
                 time_slices=plan.time_slices,
                 mps_daemons=plan.mps_daemons,
             )
+            if recovered:
+                self._release_unused(started, done, cp, ref.uid)
             cp = cp.with_claim(ref.uid, done)
             self._store.save(cp)
             crash_point("after_prepare_completed")
         except (OSError, MigError, ClaimError, ConfigError) as err:
             bound.error("prepare_failed", error=str(err))
-            try:
-                cp = self._rollback(cp, ref.uid)
-            except (MigError, OSError) as rb_err:
-                bound.error("rollback_failed", error=str(rb_err))
+            if not recovered:  # a recovered claim keeps what it holds: a container may use it
+                try:
+                    cp = self._rollback(cp, ref.uid)
+                except (MigError, OSError) as rb_err:
+                    bound.error("rollback_failed", error=str(rb_err))
             return cp, Outcome(error=f"preparing claim {ref.namespace}/{ref.name}: {err}")
         for d in plan.devices:
             bound.info("device_prepared", device=d.device_name, cdi_device_ids=list(d.cdi_device_ids))
         return cp, Outcome(devices=plan.devices)
+
+    def _answer_again(self, uid: str, entry: ClaimEntry, bound: Any) -> Outcome | None:
+        """A completed claim's stored answer, its CDI file restored; None when a MIG instance vanished."""
+        missing = [r for r in entry.mig_records() if self._mig is not None and self._mig.find(r) is None]
+        if missing:
+            bound.warning("mig_instance_vanished", instances=[f"{r.profile}@{r.start}" for r in missing])
+            return None
+        if entry.cdi_spec is not None and self._cdi.read(uid) != entry.cdi_spec:
+            self._cdi.write(uid, dict(entry.cdi_spec))
+            bound.info("cdi_spec_recreated")
+        bound.info("claim_already_prepared", devices=[d.device_name for d in entry.devices])
+        return Outcome(devices=entry.devices)
+
+    def _release_unused(self, started: ClaimEntry, done: ClaimEntry, cp: Checkpoint, uid: str) -> None:
+        """A recovered claim, prepared again: destroy the instances it held that its devices no longer use."""
+        if self._mig is None:
+            return
+        used = {(d.mig.parent_uuid, d.mig.gi_id) for d in done.devices if d.mig is not None and d.mig.gi_id is not None}
+        keep = used | _owned_by_others(cp, uid)
+        for rec in started.mig_intents:
+            if rec.gi_id is not None and (rec.parent_uuid, rec.gi_id) not in keep:
+                self._mig.destroy(rec, keep=keep)
 
     def _provisional(self, claim: ClaimAllocation) -> dict[str, ResolvedDevice]:
         """The claim's devices as they resolve before any side effect (dynamic MIG: not carved yet)."""
@@ -302,15 +520,22 @@ class DeviceState:
             out[r.device] = ResolvedDevice(target=target, mig=None if rec is None else rec)
         return out
 
-    def _apply(self, provisional: dict[str, ResolvedDevice]) -> dict[str, ResolvedDevice]:
-        """Perform the claim's MIG side effects; return the devices resolved for the CDI spec."""
+    def _apply(
+        self, provisional: dict[str, ResolvedDevice], cp: Checkpoint, uid: str, *, adopt: bool = False
+    ) -> dict[str, ResolvedDevice]:
+        """Perform the claim's MIG side effects; return the devices resolved for the CDI spec.
+
+        ``adopt`` (a recovered claim): an instance already at the allocated placement is used
+        as it is, not carved again, because a container may be using it.
+        """
         out = dict(provisional)
         for name, dev in provisional.items():
             t = dev.target
             if self._mig is None:
                 continue
             if _carves(t):
-                out[name] = self._mig.carve(t)
+                found = self._mig.adopt(t, keep=_owned_by_others(cp, uid)) if adopt else None
+                out[name] = found if found is not None else self._mig.carve(t)
             elif t.dynamic and not t.is_mig:
                 self._mig.ensure_whole(t.gpu)
             elif t.instance is not None and t.instance.ci_id is not None:
@@ -376,13 +601,7 @@ class DeviceState:
         if entry is not None:
             self._undo_sharing(cp, uid, entry)
         if entry is not None and self._mig is not None:
-            keep: set[tuple[str, int]] = {
-                (r.parent_uuid, r.gi_id)
-                for other_uid, other in cp.claims.items()
-                if other_uid != uid and other.state is ClaimState.PREPARE_COMPLETED
-                for r in other.mig_records()
-                if r.gi_id is not None
-            }
+            keep = _owned_by_others(cp, uid)
             touched: dict[str, None] = {}
             for rec in entry.mig_records():
                 self._mig.destroy(rec, keep=keep)
@@ -400,13 +619,9 @@ class DeviceState:
     def unprepare(self, refs: list[ClaimRef]) -> dict[str, str]:
         """Unprepare every claim; value is the claim's error ("" on success). Unknown claims succeed."""
         out: dict[str, str] = {}
-        valid: list[ClaimRef] = []
-        for ref in refs:
-            try:
-                validate_claim_uid(ref.uid)
-                valid.append(ref)
-            except ClaimError as err:
-                out[ref.uid] = str(err)
+        if self._refusal is not None:
+            return {r.uid: self._refusal for r in refs}
+        valid = self._check_refs(refs, out, str, names=False)
         if not valid:
             return out
         try:
@@ -423,7 +638,11 @@ class DeviceState:
                     except (OSError, MigError) as err:
                         log.error("unprepare_failed", claim_uid=ref.uid, error=str(err))
                         out[ref.uid] = f"unpreparing claim {ref.namespace}/{ref.name}: {err}"
-        except (LockTimeout, OSError) as err:
+                    except Exception as err:  # one claim's bug never fails the others
+                        log.exception("unprepare_crashed", claim_uid=ref.uid)
+                        cp = self._load()
+                        out[ref.uid] = f"internal error unpreparing claim {ref.namespace}/{ref.name}: {type(err).__name__}: {err}"
+        except (LockTimeout, OSError, CheckpointTooNew) as err:
             for ref in valid:
                 out.setdefault(ref.uid, f"unpreparing: {err}")
         return out
@@ -432,14 +651,18 @@ class DeviceState:
         """Unprepare claims whose ResourceClaim is gone (deleted, or replaced by one with another UID).
 
         A PrepareStarted claim is rolled back as soon as its claim is gone: no pod can be using
-        it. A PrepareCompleted one only when it was found gone by the previous pass as well, so
+        it. A PrepareCompleted (or recovered) one only when it was found gone by the previous pass as well, so
         a claim the kubelet is about to unprepare itself is left to it. Returns the UIDs
         unprepared. Lookups happen outside the lock; a failed lookup decides nothing.
         """
+        if self._refusal is not None:
+            return []
         with self._locked():
-            entries = dict(self._store.load().checkpoint.claims)
+            entries = dict(self._load().claims)
         gone: set[str] = set()
         for uid, seen in entries.items():
+            if not seen.name:  # adopted from a CDI spec: only the kubelet's unprepare (which names it) removes it
+                continue
             try:
                 obj = self._claims.get_claim(seen.namespace, seen.name)
             except Exception as err:  # noqa: BLE001 - only a definite "not found" counts
@@ -448,7 +671,8 @@ class DeviceState:
                 else:
                     log.info("gc_lookup_failed", claim_uid=uid, error=str(err))
                 continue
-            if (obj.get("metadata") or {}).get("uid") != uid:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            if not isinstance(meta, dict) or meta.get("uid") != uid:
                 gone.add(uid)
         done: list[str] = []
         with self._locked():
@@ -457,7 +681,7 @@ class DeviceState:
                 current = cp.claims.get(uid)
                 if current is None:
                     continue
-                if current.state is ClaimState.PREPARE_COMPLETED and uid not in self._gone:
+                if (current.state is ClaimState.PREPARE_COMPLETED or current.recovered) and uid not in self._gone:
                     continue
                 try:
                     cp = self._rollback(cp, uid)
@@ -478,6 +702,17 @@ class DeviceState:
         """The checkpoint's claims (for status and tests)."""
         with self._locked():
             return self._store.load().checkpoint.claims
+
+
+def _owned_by_others(cp: Checkpoint, uid: str) -> set[tuple[str, int]]:
+    """(GPU UUID, GI id) of the MIG instances claims other than ``uid`` have carved or hold after recovery."""
+    return {
+        (r.parent_uuid, r.gi_id)
+        for other_uid, other in cp.claims.items()
+        if other_uid != uid and (other.state is ClaimState.PREPARE_COMPLETED or other.recovered)
+        for r in other.mig_records()
+        if r.gi_id is not None
+    }
 
 
 def _carves(t: DeviceTarget) -> bool:

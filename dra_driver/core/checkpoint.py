@@ -14,7 +14,7 @@ Format (version 1)::
               "migIntents": [<mig records without ids, PrepareStarted only>]}}}}
 
 ``mig``, ``migIntents``, ``timeSlices``, ``mpsDaemons`` (see ``dra_driver.core.sharing``),
-``adminAccess`` and ``cdiSpec`` were added under the additive rule below and are written
+``adminAccess``, ``cdiSpec`` and ``recovered`` were added under the additive rule below and are written
 only when set. A downgrade to a binary that predates one of them loses what it records
 (an older binary would not destroy a MIG instance it does not know of): drain a node's GPU
 claims before downgrading across such a change.
@@ -41,10 +41,16 @@ from dra_driver.core.sharing import MpsDaemon, TimeSlice
 
 API_VERSION = "checkpoint.dra-gpu.dev/v1"
 KNOWN_VERSIONS = (API_VERSION,)
+MAX_CHECKPOINT_BYTES = 256 << 20
+"""A node's checkpoint is a few KiB per claim; a file larger than this is not ours (refused, not read)."""
 
 
 class CheckpointError(ValueError):
     """The checkpoint bytes are not a valid checkpoint (corrupt, tampered or too new)."""
+
+
+class CheckpointTooNew(CheckpointError):
+    """The checkpoint was written by a newer dra-gpu (a downgrade): refuse, never reset."""
 
 
 class ClaimState(enum.StrEnum):
@@ -163,6 +169,11 @@ class ClaimEntry:
     """Time slices this claim sets (started: about to; completed: did), reset at unprepare."""
     mps_daemons: tuple[MpsDaemon, ...] = ()
     """MPS daemons this claim starts or uses (a shared one stops with its last claim)."""
+    recovered: bool = False
+    """PrepareStarted only: rebuilt after the checkpoint was lost, so the kubelet may have been
+    told the claim is prepared and a container may use what it holds (``migIntents`` are then
+    the instances found for it). A retry adopts what exists instead of rolling it back; only the
+    claim's unprepare (or the GC, once its ResourceClaim is gone) destroys it."""
 
     def to_json(self) -> dict[str, Any]:
         """Checkpoint JSON of this claim."""
@@ -180,6 +191,8 @@ class ClaimEntry:
             out["timeSlices"] = [t.to_json() for t in self.time_slices]
         if self.mps_daemons:
             out["mpsDaemons"] = [d.to_json() for d in self.mps_daemons]
+        if self.recovered:
+            out["recovered"] = True
         return out
 
     @classmethod
@@ -194,6 +207,7 @@ class ClaimEntry:
             mig_intents=tuple(MigRecord.from_json(m) for m in raw.get("migIntents") or ()),
             time_slices=tuple(TimeSlice.from_json(t) for t in raw.get("timeSlices") or ()),
             mps_daemons=tuple(MpsDaemon.from_json(d) for d in raw.get("mpsDaemons") or ()),
+            recovered=raw.get("recovered") is True,
         )
 
     def mig_records(self) -> tuple[MigRecord, ...]:
@@ -233,26 +247,36 @@ def encode(cp: Checkpoint) -> bytes:
 
 def decode(raw: bytes) -> Checkpoint:
     """Parse and verify a checkpoint; raise CheckpointError saying what is wrong."""
+    if len(raw) > MAX_CHECKPOINT_BYTES:
+        raise CheckpointError(f"{len(raw)} bytes is larger than any checkpoint this binary writes ({MAX_CHECKPOINT_BYTES})")
     try:
         doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"not valid JSON: {err}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:  # ValueError: JSONDecodeError, digit limit
+        raise CheckpointError(f"not valid JSON: {str(err)[:200]}") from None
     if not isinstance(doc, dict):
         raise CheckpointError("top level is not an object")
     version = doc.get("apiVersion")
     if version not in KNOWN_VERSIONS:
+        if isinstance(version, str) and version.startswith(API_VERSION.rsplit("/", 1)[0] + "/"):
+            raise CheckpointTooNew(
+                f"apiVersion {version!r} is not one this binary reads ({', '.join(KNOWN_VERSIONS)}); "
+                "it was written by a newer dra-gpu: roll forward (prepared claims are kept as they are)"
+            )
         raise CheckpointError(
             f"apiVersion {version!r} is not one this binary reads ({', '.join(KNOWN_VERSIONS)}); "
             "it may have been written by a newer dra-gpu: roll forward"
         )
     data = doc.get("data")
-    expected = "sha256:" + hashlib.sha256(_canonical(data)).hexdigest()
+    try:
+        expected = "sha256:" + hashlib.sha256(_canonical(data)).hexdigest()
+    except (ValueError, RecursionError, TypeError) as err:
+        raise CheckpointError(f"data cannot be verified: {str(err)[:200]}") from None
     if doc.get("checksum") != expected:
         raise CheckpointError("checksum mismatch: the file was corrupted or edited")
     if not isinstance(data, dict) or not isinstance(data.get("claims"), dict):
         raise CheckpointError("data.claims is missing")
     try:
         claims = {str(u): ClaimEntry.from_json(e) for u, e in data["claims"].items()}
-    except (KeyError, ValueError, TypeError, AttributeError) as err:
-        raise CheckpointError(f"a claim entry is malformed: {err!r}") from None
+    except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as err:
+        raise CheckpointError(f"a claim entry is malformed: {str(err)[:200]!r}") from None
     return Checkpoint(node_boot_id=str(data.get("nodeBootID", "")), claims=claims)

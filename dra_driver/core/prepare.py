@@ -86,6 +86,25 @@ def device_env(claim_uid: str, dev: ResolvedDevice, device: str, config: DeviceC
     return env
 
 
+def spec_device_uuids(spec: Mapping[str, Any]) -> set[str]:
+    """The device UUIDs (GPU or MIG) a claim's CDI spec hands to containers, read back from its env.
+
+    The inverse of ``device_env``'s ``<prefix>_UUID`` entries; used to tell which MIG instances a
+    claim holds when its checkpoint entry was lost. Tolerates any shape (the file is outside input).
+    """
+    out: set[str] = set()
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    for dev in devices if isinstance(devices, list) else ():
+        edits = dev.get("containerEdits") if isinstance(dev, Mapping) else None
+        env = edits.get("env") if isinstance(edits, Mapping) else None
+        for item in env if isinstance(env, list) else ():
+            if isinstance(item, str) and item.startswith("GPU_DEVICE_"):
+                key, _, value = item.partition("=")
+                if key.endswith("_UUID") and not key.endswith("_PARENT_UUID") and value:
+                    out.add(value)
+    return out
+
+
 CONTAINER_SHM_DIR = "/dev/shm"  # noqa: S108 - the container's shared memory, where MPS clients expect it
 
 

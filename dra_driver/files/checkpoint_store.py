@@ -1,9 +1,14 @@
 """The checkpoint file on disk: atomic writes, the last good generation, recovery, boot id.
 
 Called by the kubelet plugin's state under the serialize lock. Every write keeps the previous
-good file as ``checkpoint.prev.json``; a corrupt ``checkpoint.json`` is moved aside (never
-silently reset) and the previous generation is used, and the caller is told so it can log it
-and raise a Kubernetes Event. A boot id change drops claims: their CDI files lived on tmpfs.
+good file as ``checkpoint.prev.json``; a corrupt or unreadable ``checkpoint.json`` (torn,
+edited, a directory, a permission error) is moved aside (never silently reset) and the
+previous generation is used, and the caller is told so it can log it and raise a Kubernetes
+Event. A load says whether its result can be trusted: only the newest generation (or a node
+with no checkpoint at all) is; a previous generation is one write behind, so the caller must
+not destroy anything on its word alone (see ``kubelet_plugin.state``). A checkpoint written by
+a newer dra-gpu raises ``CheckpointTooNew``: nothing is moved or reset. A boot id change drops
+claims: their CDI files lived on tmpfs.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.core.checkpoint import Checkpoint, CheckpointError, decode, encode
+from dra_driver.core.checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, CheckpointError, CheckpointTooNew, decode, encode
 from dra_driver.files.atomic import fsync_dir, remove_stale_temps, write_atomic
 
 log = structlog.get_logger(__name__)
@@ -45,6 +50,10 @@ class LoadResult:
     notices: list[Notice] = field(default_factory=list)
     dropped_claims: list[str] = field(default_factory=list)
     """Claims dropped because the node rebooted (their CDI files must be removed)."""
+    trusted: bool = True
+    """False when the newest generation was lost: the result may miss the last write."""
+    fresh: bool = False
+    """True when no generation exists at all (a new node, or one whose files were deleted)."""
 
 
 class CheckpointStore:
@@ -63,12 +72,21 @@ class CheckpointStore:
         return target
 
     def _try(self, path: Path) -> tuple[Checkpoint | None, str | None]:
+        """(checkpoint, None), (None, why it is unusable), or (None, None) when absent.
+
+        Raises CheckpointTooNew: a newer binary's file is neither used nor moved aside.
+        """
         try:
-            raw = path.read_bytes()
+            with path.open("rb") as f:
+                raw = f.read(MAX_CHECKPOINT_BYTES + 1)
         except FileNotFoundError:
             return None, None
+        except OSError as err:  # a directory, a permission error, an I/O error: unusable, not fatal
+            return None, f"unreadable: {err.strerror or err}"
         try:
             return decode(raw), None
+        except CheckpointTooNew:
+            raise
         except CheckpointError as err:
             return None, str(err)
 
@@ -78,30 +96,53 @@ class CheckpointStore:
         remove_stale_temps(self.dir)
 
     def load(self) -> LoadResult:
-        """Read the newest good generation; never raises for corruption, never loses it silently."""
+        """Read the newest good generation; never raises for corruption, never loses it silently.
+
+        Raises CheckpointTooNew when a generation it would use was written by a newer binary.
+        """
         notices: list[Notice] = []
+        trusted = True
         cp, err = self._try(self.path)
         if err is not None:
-            moved = self._quarantine(self.path)
+            trusted = False
+            where = self._move_aside(self.path)
             prev, prev_err = self._try(self.prev)
             if prev is not None:
                 cp = prev
                 notices.append(
                     Notice(
                         "CheckpointRecovered",
-                        f"checkpoint corrupt ({err}); moved to {moved.name}; recovered the previous generation",
+                        f"checkpoint unusable ({err}); {where}; using the previous generation, which may miss "
+                        "the last change: claims are rebuilt from it, the CDI specs and the MIG instances; nothing is destroyed",
                     )
                 )
             else:
-                cp = None
                 detail = f"previous generation also unusable ({prev_err})" if prev_err else "no previous generation"
                 notices.append(
-                    Notice("CheckpointLost", f"checkpoint corrupt ({err}); moved to {moved.name}; {detail}; starting empty")
+                    Notice(
+                        "CheckpointLost",
+                        f"checkpoint unusable ({err}); {where}; {detail}; claims are rebuilt from the CDI specs "
+                        "and the MIG instances; nothing is destroyed",
+                    )
                 )
         elif cp is None:
-            cp, _ = self._try(self.prev)  # killed between generations: the previous one is the newest
+            # save() keeps checkpoint.json in place from its first write on, so a missing newest
+            # generation beside a previous one was deleted: the previous one may miss a write.
+            cp, prev_err = self._try(self.prev)
+            if cp is not None or prev_err is not None:
+                trusted = False
+                notices.append(
+                    Notice(
+                        "CheckpointMissing",
+                        f"{self.path.name} is missing but a previous generation "
+                        + ("exists" if cp is not None else f"is unusable ({prev_err})")
+                        + "; claims are rebuilt from it, the CDI specs and the MIG instances; nothing is destroyed",
+                    )
+                )
+            else:
+                return LoadResult(Checkpoint(node_boot_id=self.boot_id), notices, fresh=True)
         if cp is None:
-            return LoadResult(Checkpoint(node_boot_id=self.boot_id), notices)
+            return LoadResult(Checkpoint(node_boot_id=self.boot_id), notices, trusted=False)
         if cp.node_boot_id != self.boot_id:
             dropped = sorted(cp.claims)
             if dropped:
@@ -112,8 +153,16 @@ class CheckpointStore:
                         warning=False,
                     )
                 )
-            return LoadResult(Checkpoint(node_boot_id=self.boot_id), notices, dropped)
-        return LoadResult(cp, notices)
+            return LoadResult(Checkpoint(node_boot_id=self.boot_id), notices, dropped, trusted=trusted)
+        return LoadResult(cp, notices, trusted=trusted)
+
+    def _move_aside(self, path: Path) -> str:
+        """Quarantine an unusable file; say where it went (or why it stayed)."""
+        try:
+            return f"moved to {self._quarantine(path).name}"
+        except OSError as err:
+            log.error("checkpoint_quarantine_failed", path=str(path), error=str(err))
+            return f"could not be moved aside ({err.strerror or err})"
 
     def save(self, cp: Checkpoint) -> None:
         """Write ``cp`` atomically, keeping the current file as the previous generation."""
