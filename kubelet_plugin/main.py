@@ -180,7 +180,10 @@ def run(settings: Settings, stop: threading.Event) -> int:
         gc_thread.start()
 
     publisher_thread: threading.Thread | None = None
-    if settings.publish_slices:
+    if state.refusal is not None:
+        # Serve (every call answers the refusal; no crash loop) but offer no devices to schedule.
+        log.error("plugin_refusing", reason=state.refusal, publishing=False)
+    elif settings.publish_slices:
         from controller.publisher import SlicePublisher
         from dra_driver.kube.slices_api import KubeSliceApi
 

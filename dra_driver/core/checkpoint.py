@@ -41,8 +41,9 @@ from dra_driver.core.sharing import MpsDaemon, TimeSlice
 
 API_VERSION = "checkpoint.dra-gpu.dev/v1"
 KNOWN_VERSIONS = (API_VERSION,)
-MAX_CHECKPOINT_BYTES = 256 << 20
-"""A node's checkpoint is a few KiB per claim; a file larger than this is not ours (refused, not read)."""
+MAX_CHECKPOINT_BYTES = 16 << 20
+"""A node's checkpoint is a few KiB per claim (hundreds of claims: a few MiB); a larger file is
+not one this binary wrote: it is refused unread, as corrupt."""
 
 
 class CheckpointError(ValueError):
@@ -277,6 +278,6 @@ def decode(raw: bytes) -> Checkpoint:
         raise CheckpointError("data.claims is missing")
     try:
         claims = {str(u): ClaimEntry.from_json(e) for u, e in data["claims"].items()}
-    except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as err:
+    except (KeyError, ValueError, TypeError, AttributeError, RecursionError, OverflowError) as err:
         raise CheckpointError(f"a claim entry is malformed: {str(err)[:200]!r}") from None
     return Checkpoint(node_boot_id=str(data.get("nodeBootID", "")), claims=claims)

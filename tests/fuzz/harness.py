@@ -111,14 +111,18 @@ def nest(value: Any, depth: int, rng: random.Random) -> Any:
     return value
 
 
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield prefix
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            yield from _paths(v, (*prefix, i))
+def _paths(doc: Any, max_depth: int = 40) -> Iterator[tuple[Any, ...]]:
+    """Every path into ``doc`` (iteratively; deep nesting made by ``nest`` is not descended)."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(doc, ())]
+    while stack:
+        node, prefix = stack.pop()
+        yield prefix
+        if len(prefix) >= max_depth:
+            continue
+        if isinstance(node, dict):
+            stack.extend((v, (*prefix, k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, (*prefix, i)) for i, v in enumerate(node))
 
 
 def _get(doc: Any, path: tuple[Any, ...]) -> Any:
@@ -148,6 +152,7 @@ def mutate(seed: Any, rng: random.Random, extra: Sequence[Callable[[random.Rando
             doc = _set(doc, path, random_quantity(rng))
         elif r < 0.58:
             doc = _set(doc, path, nest(target, rng.choice([2, 50, 1000, 5000, 100_000]), rng))
+            break  # deep values are not walked again
         elif r < 0.68 and isinstance(target, dict) and target:
             del target[rng.choice(list(target))]
         elif r < 0.76 and isinstance(target, dict):
@@ -155,7 +160,7 @@ def mutate(seed: Any, rng: random.Random, extra: Sequence[Callable[[random.Rando
         elif r < 0.82 and isinstance(target, list):
             target.extend(copy.deepcopy(target) * rng.choice([1, 5, 100]))
         elif r < 0.88 and isinstance(target, str):
-            doc = _set(doc, path, target * rng.choice([2, 100, 3000]))
+            doc = _set(doc, path, target * min(rng.choice([2, 100, 3000]), 1 + 1_000_000 // max(1, len(target))))
         elif extra:
             doc = _set(doc, path, rng.choice(extra)(rng))
         else:
