@@ -74,8 +74,10 @@ def parse_review(body: bytes) -> Mapping[str, Any]:
     """The ``request`` of an admission.k8s.io/v1 AdmissionReview; BadReview saying what is wrong otherwise."""
     try:
         review = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise BadReview(f"body is not JSON: {err}") from None
+    except RecursionError:
+        raise BadReview("body is not JSON this webhook reads: nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as err:  # ValueError: syntax, or an integer of over 4300 digits
+        raise BadReview(f"body is not JSON: {str(err)[:200]}") from None
     if not isinstance(review, dict):
         raise BadReview("body is not a JSON object")
     if review.get("apiVersion") != ADMISSION_API_VERSION or review.get("kind") != "AdmissionReview":

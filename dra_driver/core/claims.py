@@ -46,6 +46,8 @@ def validate_claim_ref(namespace: str, name: str) -> None:
 
 
 def _short(value: object) -> str:
+    if not isinstance(value, str | int | float | bool | None):
+        return f"<{type(value).__name__}>"  # a container from outside input may be nested arbitrarily deep
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:60]}...({len(text)} chars)"
 

@@ -189,6 +189,14 @@ def _reject_unknown(obj: Mapping[str, Any], allowed: Collection[str], path: str)
 _E = TypeVar("_E", bound=enum.StrEnum)
 
 
+def _shown(value: Any) -> str:
+    """A value from outside input for a message: scalars shortened, containers by type (they may nest deeply)."""
+    if not isinstance(value, str | int | float | bool | None):
+        return _type_name(value)
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge number"
+    return text if len(text) <= 80 else f"{text[:60]}...({len(text)} chars)"
+
+
 def _enum_value(cls: type[_E], value: Any, path: str) -> _E:
     if not isinstance(value, str):
         raise ConfigError(path, f"must be a string, got {_type_name(value)}")
@@ -206,6 +214,11 @@ def _int_in_range(value: Any, low: int, high: int, path: str) -> int:
     return value
 
 
+MAX_QUANTITY_CHARS = 64
+"""A memory size up to int64 bytes needs at most ~25 characters in any form; longer strings are
+refused before parsing (bounded work for outside input)."""
+
+
 def parse_byte_quantity(value: Any, path: str) -> int:
     """A Kubernetes quantity of memory as a positive whole number of bytes; ConfigError naming ``path`` otherwise.
 
@@ -219,13 +232,22 @@ def parse_byte_quantity(value: Any, path: str) -> int:
 
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ConfigError(path, f"must be a quantity such as '4Gi', got {_type_name(value)}")
+    if isinstance(value, int) and not -MAX_BYTES <= value <= MAX_BYTES:
+        raise ConfigError(path, f"is too large (at most {MAX_BYTES} bytes)")
     text = str(value)
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise ConfigError(path, f"{text[:24]!r}... ({len(text)} characters) is not a memory size (at most {MAX_QUANTITY_CHARS})")
     try:
-        exact = parse_quantity(text).fraction()
+        q = parse_quantity(text)
     except QuantityError as err:
         raise ConfigError(path, f"{text!r} is not a quantity: {err}") from None
-    if exact <= 0:
+    if q.sign() <= 0:
         raise ConfigError(path, f"must be greater than zero, got {text!r}")
+    if q.magnitude() > 19:  # decided without building 10**exp: the exponent may be 2**31
+        raise ConfigError(path, f"{text!r} is too large (at most {MAX_BYTES} bytes)")
+    if q.magnitude() < 1:
+        raise ConfigError(path, f"{text!r} is not a whole number of bytes")
+    exact = q.fraction()  # bounded now: at most 19 digits before the point, MAX_QUANTITY_CHARS after
     if exact.denominator != 1:
         raise ConfigError(path, f"{text!r} is not a whole number of bytes")
     if exact > MAX_BYTES:
@@ -285,10 +307,10 @@ def _decode(raw: Any, path: str) -> DeviceConfig:
     obj = _expect_map(raw, path)
     _reject_unknown(obj, ("apiVersion", "kind", "sharing"), path)  # the same top-level fields in both kinds
     if obj.get("apiVersion") != API_VERSION:
-        raise ConfigError(f"{path}.apiVersion", f"must be {API_VERSION!r}, got {obj.get('apiVersion')!r}")
+        raise ConfigError(f"{path}.apiVersion", f"must be {API_VERSION!r}, got {_shown(obj.get('apiVersion'))}")
     kind = obj.get("kind")
     if kind not in KINDS:
-        raise ConfigError(f"{path}.kind", f"unknown kind {kind!r}; supported: {', '.join(KINDS)}")
+        raise ConfigError(f"{path}.kind", f"unknown kind {_shown(kind)}; supported: {', '.join(KINDS)}")
     mig = kind == KIND_MIG_DEVICE_CONFIG
     sharing = None if obj.get("sharing") is None else _decode_sharing(obj["sharing"], f"{path}.sharing", mig=mig)
     return MigDeviceConfig(sharing) if mig else GpuConfig(sharing)
@@ -334,9 +356,9 @@ def validate_claim_configs(obj: Mapping[str, Any], driver: str) -> list[str]:
     ``is invalid: `` is what the kubelet plugin reports at prepare after the config's path.
     Other drivers' configs are not ours to judge. Raises ValueError for any other ``kind``.
     """
-    kind = obj.get("kind")
-    if kind not in _SPEC_PATHS:
-        raise ValueError(f"not a ResourceClaim or ResourceClaimTemplate: kind {kind!r}")
+    kind = obj.get("kind") if isinstance(obj, Mapping) else None
+    if not isinstance(kind, str) or kind not in _SPEC_PATHS:
+        raise ValueError(f"not a ResourceClaim or ResourceClaimTemplate: kind {_shown(kind)}")
     spec: Any = obj
     for key in _SPEC_PATHS[kind]:
         spec = spec.get(key) if isinstance(spec, Mapping) else None

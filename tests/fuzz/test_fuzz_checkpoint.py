@@ -74,7 +74,7 @@ def inputs(n: int, name: str) -> Iterator[bytes]:
 def test_decoder_refuses_hostile_checkpoints_with_checkpoint_errors_only() -> None:
     rep = harness.run(
         "checkpoint decode",
-        inputs(harness.budget(5000), "checkpoint-decode"),
+        inputs(harness.budget(3000), "checkpoint-decode"),
         decode,
         (CheckpointError,),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -467,3 +468,31 @@ def test_resolve_device_configs_validates_but_never_applies_mig_device_configs()
     assert DEFAULT_GPU_CONFIG == resolve_device_configs(DRIVER, R, [entry(mig_cfg, requests=["gpu"])])["gpu-0"]
     with pytest.raises(ConfigError, match=r"config\[1\]\.opaque\.parameters\.sharing\.strategy"):
         resolve_device_configs(DRIVER, R, [entry(ts("Long")), entry(gpu({"strategy": "X"}, kind="MigDeviceConfig"))])
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1e2147483647", "too large"),
+        ("1e10000000", "too large"),
+        ("1E+999999999999999999999", "is not a quantity"),
+        ("1e-2147483648", "not a whole number of bytes"),
+        ("9" * 4400, "4400 characters"),
+        ("0." + "0" * 4400 + "1", "characters"),
+        (10**400, "too large"),
+    ],
+    ids=["exp-2^31", "exp-1e7", "exp-not-int64", "exp-neg-2^31", "4400-digits", "4400-decimals", "huge-json-int"],
+)
+def test_absurd_quantities_are_refused_in_bounded_time(value: Any, message: str) -> None:
+    """Observation 1: one quantity froze the plugin (10**exp under the node-wide lock)."""
+    t0 = time.process_time()
+    with pytest.raises(ConfigError, match=message):
+        parse_byte_quantity(value, "mpsConfig.defaultPinnedDeviceMemoryLimit")
+    assert time.process_time() - t0 < 0.5
+
+
+def test_validate_claim_configs_refuses_non_objects_with_its_own_error() -> None:
+    objs: list[Any] = [None, [], "claim", 7]
+    for obj in objs:
+        with pytest.raises(ValueError, match="not a ResourceClaim"):
+            validate_claim_configs(obj, "gpu.dra-gpu.dev")

@@ -355,3 +355,58 @@ def test_serve_runs_until_stopped(certs: Certs) -> None:
         stop.set()
         thread.join(10)
     assert [0] == result
+
+
+# -- hostile bodies: bounded work, 400 not 500, health keeps answering --------------------------
+
+HUGE_PINNED = {
+    "apiVersion": API_VERSION,
+    "kind": "GpuConfig",
+    "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "1e2147483647"}},
+}
+
+
+@pytest.mark.parametrize(
+    "limit", ["1e2147483647", "1e10000000", "1e-2147483648", "9" * 4400], ids=["exp-2^31", "exp-1e7", "exp-neg", "4400-digits"]
+)
+def test_absurd_quantities_are_denied_quickly_with_the_field_named(limit: str) -> None:
+    params = {**HUGE_PINNED, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": limit}}}
+    t0 = time.process_time()
+    verdict = review(body(request(claim_obj(params))), DRIVER)
+    assert time.process_time() - t0 < 1.0
+    assert not verdict.allowed
+    assert "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"apiVersion": ' + b"9" * 4400 + b"}", "body is not JSON"),
+    ],
+    ids=["deep-objects", "deep-lists", "4400-digit-integer"],
+)
+def test_hostile_json_is_a_bad_request_not_a_crash(raw: bytes, message: str) -> None:
+    with pytest.raises(BadReview, match=message):
+        review(raw, DRIVER)
+
+
+def test_health_answers_while_a_hostile_review_is_in_flight(server: WebhookServer, certs: Certs) -> None:
+    """One claim's config must not freeze the webhook (with failurePolicy Fail, that stops claim creation)."""
+    deep = b'{"a":' * 200_000 + b"1" + b"}" * 200_000
+    results: dict[str, int] = {}
+
+    def hostile() -> None:
+        conn = client(server, certs.ca)
+        results["huge"] = post(conn, body(request(claim_obj(HUGE_PINNED))))[0]
+        results["deep"] = post(client(server, certs.ca), deep)[0]
+
+    t = threading.Thread(target=hostile)
+    t.start()
+    for _ in range(5):
+        assert 200 == get(client(server, certs.ca), "/livez")
+    t.join(20)
+    assert {"huge": 200, "deep": 400} == results  # the first is a denial (AdmissionReview), the second a 400
+    status, raw = post(client(server, certs.ca), body(request(claim_obj(GOOD))))
+    assert (200, True) == (status, json.loads(raw)["response"]["allowed"])

@@ -21,6 +21,12 @@ _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "
 _BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _SUFFIX_CHARS = frozenset("eEinumkKMGTP")
 
+MAX_DIGITS = 1000
+"""More significant digits than any quantity the API stores needs; longer ones are refused
+(``QuantityError``) instead of building integers beyond Python's 4,300-digit string limit."""
+MAX_EXPONENT_DIGITS = 19
+"""An exponent suffix is an int64 in apimachinery; more digits (after leading zeros) never parse."""
+
 ERR_FORMAT = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 ERR_NUMERIC = "unable to parse numeric part of quantity"
 ERR_SUFFIX = "unable to parse quantity's suffix"
@@ -53,8 +59,29 @@ class Quantity:
             return Fraction(self.unscaled * 10**self.exp)
         return Fraction(self.unscaled, 10**-self.exp)
 
+    def magnitude(self) -> int:
+        """Digits before the decimal point of ``|value|`` (may be negative or zero); 0 for zero.
+
+        Bounded work whatever the exponent: ``1e2147483647`` has magnitude 2147483648.
+        """
+        if self.unscaled == 0:
+            return 0
+        return len(str(abs(self.unscaled))) + self.exp
+
     def cmp(self, other: Quantity) -> int:
-        """-1, 0 or 1, comparing exact values (``"40Gi"`` equals ``"42949672960"``)."""
+        """-1, 0 or 1, comparing exact values (``"40Gi"`` equals ``"42949672960"``).
+
+        Values of different sign or order of magnitude are told apart without building
+        ``10**exp`` (an exponent can be 2**31); only close values are compared exactly.
+        """
+        sa, sb = self.sign(), other.sign()
+        if sa != sb:
+            return (sa > sb) - (sa < sb)
+        if sa == 0:
+            return 0
+        ma, mb = self.magnitude(), other.magnitude()
+        if ma != mb:
+            return sa if ma > mb else -sa
         a, b = self.fraction(), other.fraction()
         return (a > b) - (a < b)
 
@@ -112,7 +139,13 @@ class Quantity:
         return isinstance(other, Quantity) and self.cmp(other) == 0
 
     def __hash__(self) -> int:
-        return hash(self.fraction())
+        u, e = self.unscaled, self.exp
+        if u == 0:
+            return hash(0)
+        while u % 10 == 0:  # equal values hash equally: 1000 and 1k normalize to (1, 3)
+            u //= 10
+            e += 1
+        return hash((u, e))
 
     def __repr__(self) -> str:
         return f"Quantity({self.fraction()})"
@@ -142,6 +175,12 @@ def _small_add(av: int, ascale: int, bv: int, bscale: int) -> tuple[int, int] | 
 
 
 def _dec_sum(a: Quantity, b: Quantity, fmt: str) -> Quantity:
+    if a.unscaled == 0:
+        return Quantity(b.unscaled, b.exp, small=False, fmt=fmt)
+    if b.unscaled == 0:
+        return Quantity(a.unscaled, a.exp, small=False, fmt=fmt)
+    if abs(a.exp - b.exp) > 4 * MAX_DIGITS:
+        raise QuantityError(f"{ERR_NUMERIC}: the sum spans more than {4 * MAX_DIGITS} decimal places")
     e = min(a.exp, b.exp)
     u = a.unscaled * 10 ** (a.exp - e) + b.unscaled * 10 ** (b.exp - e)
     return Quantity(u, e, small=False, fmt=fmt)
@@ -201,9 +240,10 @@ def _interpret(suffix: str) -> tuple[int, int, str] | None:
     if len(suffix) > 1 and suffix[0] in "eE":
         rest = suffix[1:]
         body = rest[1:] if rest[0] in "+-" else rest
-        if not body or not body.isdigit() or not body.isascii():
+        # more digits than an int64: strconv.ParseInt fails, so apimachinery reports the suffix
+        if not body or not body.isdigit() or not body.isascii() or len(body.lstrip("0")) > MAX_EXPONENT_DIGITS:
             return None
-        parsed = int(rest)
+        parsed = int(body.lstrip("0") or "0") * (-1 if rest[0] == "-" else 1)
         if not _fits(parsed):
             return None
         return 10, _int32_wrap(parsed), "DecimalExponent"
@@ -234,6 +274,8 @@ def parse_quantity(s: str) -> Quantity:  # noqa: PLR0912 - follows apimachinery'
     if s == "0":
         return Quantity(0, 0, small=True)
     positive, value, num, denom, suf = _split(s)
+    if len(num.lstrip("0")) + len(denom) > MAX_DIGITS:
+        raise QuantityError(f"{ERR_NUMERIC}: more than {MAX_DIGITS} digits")
     interp = _interpret(suf)
     if interp is None:
         raise QuantityError(ERR_SUFFIX)
@@ -266,10 +308,13 @@ def parse_quantity(s: str) -> Quantity:  # noqa: PLR0912 - follows apimachinery'
     unscaled = abs(unscaled)
     if unscaled != 0 and exp < _NANO:
         # round up (away from zero) to nano precision
-        div = 10 ** (_NANO - exp)
-        q, r = divmod(unscaled, div)
-        unscaled, exp = q + (1 if r else 0), _NANO
-    if fmt == "BinarySI" and Fraction(unscaled) * (Fraction(10) ** exp) > _INT64_MAX:
+        if len(str(unscaled)) <= _NANO - exp:  # below one nano: rounds up to exactly 1n
+            unscaled, exp = 1, _NANO
+        else:
+            div = 10 ** (_NANO - exp)
+            q, r = divmod(unscaled, div)
+            unscaled, exp = q + (1 if r else 0), _NANO
+    if fmt == "BinarySI" and Quantity(unscaled, exp, small=False).cmp(from_int(_INT64_MAX)) > 0:
         unscaled, exp = _INT64_MAX, 0
     if fmt == "BinarySI" and unscaled != 0 and Fraction(unscaled) * (Fraction(10) ** exp) < 1:
         fmt = "DecimalSI"
