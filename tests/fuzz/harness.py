@@ -148,7 +148,7 @@ def mutate(seed: Any, rng: random.Random, extra: Sequence[Callable[[random.Rando
         target = _get(doc, path)
         r = rng.random()
         if r < 0.30:
-            doc = _set(doc, path, rng.choice(HOSTILE_SCALARS))
+            doc = _set(doc, path, copy.deepcopy(rng.choice(HOSTILE_SCALARS)))
         elif r < 0.50:
             doc = _set(doc, path, random_quantity(rng))
         elif r < 0.58:
@@ -157,7 +157,7 @@ def mutate(seed: Any, rng: random.Random, extra: Sequence[Callable[[random.Rando
         elif r < 0.68 and isinstance(target, dict) and target:
             del target[rng.choice(list(target))]
         elif r < 0.76 and isinstance(target, dict):
-            target[rng.choice(["unknown", "", "x" * 300, *list(target)[:3]])] = rng.choice(HOSTILE_SCALARS)
+            target[rng.choice(["unknown", "", "x" * 300, *list(target)[:3]])] = copy.deepcopy(rng.choice(HOSTILE_SCALARS))
         elif r < 0.82 and isinstance(target, list):
             small = len(target) < 4 and all(
                 x is None or isinstance(x, int | float | bool) or (isinstance(x, str) and len(x) < 100) for x in target
@@ -168,7 +168,7 @@ def mutate(seed: Any, rng: random.Random, extra: Sequence[Callable[[random.Rando
         elif extra:
             doc = _set(doc, path, rng.choice(extra)(rng))
         else:
-            doc = _set(doc, path, rng.choice(HOSTILE_SCALARS))
+            doc = _set(doc, path, copy.deepcopy(rng.choice(HOSTILE_SCALARS)))
     return doc
 
 
