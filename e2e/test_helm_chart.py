@@ -229,10 +229,10 @@ def test_rbac_least_privilege(helm: Helm) -> None:
     rules = by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]
     granted = {(g, r): sorted(rule["verbs"]) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == {
-        ("resource.k8s.io", "resourceclaims"): ["get", "list", "watch"],
+        ("resource.k8s.io", "resourceclaims"): ["get"],
         ("resource.k8s.io", "resourceslices"): ["create", "delete", "get", "list", "update", "watch"],
         ("", "nodes"): ["get"],
-        ("", "events"): ["create", "patch"],
+        ("", "events"): ["create"],
     }
     rules = by_kind(helm.template("deviceStatus.enabled=true"), "ClusterRole")[PLUGIN]["rules"]
     (driver_rule,) = [r for r in rules if r["resources"] == ["resourceclaims/driver"]]
@@ -504,6 +504,27 @@ def test_policy_pins_the_plugin_to_its_own_node(installed: LocalCluster) -> None
     c.api("DELETE", f"{SLICES}/node-b-by-admin")
 
 
+def test_policy_pins_the_plugin_to_its_own_driver(installed: LocalCluster) -> None:
+    """Its own node, another driver's slice: denied on create, and the admin's such slice cannot be touched."""
+    c = installed
+    token = pod_bound_token(c, "node-e")
+    other = resource_slice("node-e", name="node-e-other-driver")
+    other["spec"]["driver"] = "gpu.nvidia.com"
+    denied = call(c, token, "POST", SLICES, other)
+    assert denied.status == 403, denied.body
+    assert f"ResourceSlices of driver {DEFAULT_DRIVER_NAME}; denied: CREATE of a ResourceSlice of driver gpu.nvidia.com" in (
+        denied.message
+    ), denied.message
+    c.api("POST", SLICES, other)  # the admin may
+    stored = c.api("GET", f"{SLICES}/node-e-other-driver")
+    stored["spec"]["pool"]["generation"] = 2
+    for method, body in (("PUT", stored), ("DELETE", None)):
+        resp = call(c, token, method, f"{SLICES}/node-e-other-driver", body)
+        assert resp.status == 403, (method, resp.body)
+        assert "of a ResourceSlice of driver gpu.nvidia.com" in resp.message, resp.message
+    c.api("DELETE", f"{SLICES}/node-e-other-driver")
+
+
 def test_token_without_node_writes_no_slice(installed: LocalCluster) -> None:
     """A token of the plugin's account that is not bound to a pod names no node: every slice write is denied."""
     c = installed
@@ -526,8 +547,19 @@ def test_rbac_denies_what_the_plugin_does_not_need(installed: LocalCluster) -> N
         assert resp.status == 403, (method, path, resp.body)
         assert f"system:serviceaccount:{NAMESPACE}:{PLUGIN}" in resp.message, resp.message
         assert "cannot" in resp.message, resp.message
-    # What it does need is allowed: read claims and its node.
-    assert call(c, token, "GET", "/apis/resource.k8s.io/v1/resourceclaims").status == 200
+    # Claims are read one by one: no list or watch, cluster-wide or namespaced; events are not patched.
+    for path in (
+        "/apis/resource.k8s.io/v1/resourceclaims",
+        "/apis/resource.k8s.io/v1/resourceclaims?watch=true&timeoutSeconds=1",
+        "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+        "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims?watch=true&timeoutSeconds=1",
+    ):
+        resp = call(c, token, "GET", path)
+        assert resp.status == 403, (path, resp.body)
+    assert call(c, token, "PATCH", "/api/v1/namespaces/default/events/some-event", {}).status == 403
+    # What it does need is allowed: read a claim in any namespace (404: allowed, absent), and its node.
+    for ns in ("default", "kube-system"):
+        assert call(c, token, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/absent").status == 404
     assert call(c, token, "GET", "/api/v1/nodes/node-d").status == 200
     # The admin is not matched by the policy: it may write any node's slices.
     c.api("POST", SLICES, resource_slice("node-z"))
@@ -569,7 +601,11 @@ def test_second_release_with_everything_on_then_uninstall(helm: Helm, installed:
         time.sleep(0.1)
     assert resp.status == 403, resp.body
     assert "the dra-gpu controller may only create" in resp.message, resp.message
-    assert call(c, token, "POST", f"{SLICES}?dryRun=All", resource_slice("node-ctl")).status == 201
+    own = resource_slice("node-ctl")
+    own["spec"]["driver"] = driver
+    assert call(c, token, "POST", f"{SLICES}?dryRun=All", own).status == 201
+    # and the policy pins its driver: the default release's driver name is not its own
+    assert call(c, token, "POST", f"{SLICES}?dryRun=All", resource_slice("node-ctl")).status == 403
 
     helm.run("uninstall", release, "--kubeconfig", kubeconfig, "--namespace", namespace)
     gone = [
