@@ -65,5 +65,10 @@ bench: venv k8s
 	$(VENV)/bin/python -m bench.prepare_latency
 	$(VENV)/bin/python -m bench.selectors
 
+# Minutes of kubelet traffic against the plugin while it is killed, the API server paused and the
+# checkpoint corrupted; prints the counts and every invariant violation (bench/soak.py).
+soak: venv k8s
+	$(VENV)/bin/python -m bench.soak
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
