@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: all venv k8s lint check-protos protos unit integration e2e test demo bench fuzz clean
+.PHONY: all venv k8s lint check-protos protos unit integration e2e test demo bench fuzz soak clean
 
 all: test
 
