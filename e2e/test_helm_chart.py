@@ -224,20 +224,58 @@ def test_daemonset_nvml_mode(helm: Helm) -> None:
     assert mount["mountPropagation"] == "HostToContainer"
 
 
+def rule_set(rules: Sequence[Mapping[str, Any]]) -> set[tuple[tuple[str, ...], ...]]:
+    """ClusterRole rules as a set of (apiGroups, resources, resourceNames, verbs, nonResourceURLs), order-free."""
+    keys = ("apiGroups", "resources", "resourceNames", "verbs", "nonResourceURLs")
+    out = {tuple(tuple(sorted(rule.get(k) or ())) for k in keys) for rule in rules}
+    assert len(out) == len(rules), rules  # no rule twice
+    assert all(set(rule) <= set(keys) for rule in rules), rules
+    return out
+
+
+def rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str], names: Sequence[str] = ()) -> dict[str, Any]:
+    """One ClusterRole rule (for ``rule_set``)."""
+    r: dict[str, Any] = {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+    if names:
+        r["resourceNames"] = list(names)
+    return r
+
+
+# What the kubelet plugin calls (dra_driver/kube): claims_api GETs one claim and its Node and
+# POSTs an Event; slices_api lists and watches with a field selector, creates, replaces (PUT) and
+# deletes slices and GETs the Node. Nothing GETs a single slice, lists claims or patches events.
+PLUGIN_RULES = [
+    rule(["resource.k8s.io"], ["resourceclaims"], ["get"]),
+    rule(["resource.k8s.io"], ["resourceslices"], ["list", "watch", "create", "update", "delete"]),
+    rule([""], ["nodes"], ["get"]),
+    rule([""], ["events"], ["create"]),
+]
+
+
 def test_rbac_least_privilege(helm: Helm) -> None:
-    """The plugin's ClusterRole grants exactly what it calls; claim status only when asked, for its driver only."""
-    rules = by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]
-    granted = {(g, r): sorted(rule["verbs"]) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
-    assert granted == {
-        ("resource.k8s.io", "resourceclaims"): ["get"],
-        ("resource.k8s.io", "resourceslices"): ["create", "delete", "get", "list", "update", "watch"],
-        ("", "nodes"): ["get"],
-        ("", "events"): ["create"],
-    }
+    """The plugin's ClusterRole is exactly what it calls; claim status only when asked, for its driver only;
+    the webhook has no role and no token."""
+    assert rule_set(by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES)
+
+    status_rules = [
+        rule(["resource.k8s.io"], ["resourceclaims/status"], ["update", "patch"]),
+        rule(
+            ["resource.k8s.io"], ["resourceclaims/driver"], ["associated-node:update", "associated-node:patch"],
+            names=[DEFAULT_DRIVER_NAME],
+        ),
+    ]  # fmt: skip
     rules = by_kind(helm.template("deviceStatus.enabled=true"), "ClusterRole")[PLUGIN]["rules"]
-    (driver_rule,) = [r for r in rules if r["resources"] == ["resourceclaims/driver"]]
-    assert driver_rule["resourceNames"] == [DEFAULT_DRIVER_NAME]
-    assert sorted(driver_rule["verbs"]) == ["associated-node:patch", "associated-node:update"]
+    assert rule_set(rules) == rule_set(PLUGIN_RULES + status_rules)
+
+    # Everything on: the only roles are the plugin's and the controller's; the webhook reads nothing
+    # from the API server, so it has no role and its pod mounts no token.
+    docs = helm.template("webhook.enabled=true", "controller.enabled=true", "controller.nodeName=node-x")
+    assert set(by_kind(docs, "ClusterRole")) == {PLUGIN, "dra-gpu-controller"}
+    assert set(by_kind(docs, "ClusterRoleBinding")) == {PLUGIN, "dra-gpu-controller"}
+    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+    assert by_kind(docs, "ServiceAccount")["dra-gpu-webhook"]["automountServiceAccountToken"] is False
+    webhook_pod = by_kind(docs, "Deployment")["dra-gpu-webhook"]["spec"]["template"]["spec"]
+    assert webhook_pod["automountServiceAccountToken"] is False
 
 
 def test_mig_values_reach_both_daemons(helm: Helm) -> None:
@@ -512,16 +550,25 @@ def test_policy_pins_the_plugin_to_its_own_driver(installed: LocalCluster) -> No
     other["spec"]["driver"] = "gpu.nvidia.com"
     denied = call(c, token, "POST", SLICES, other)
     assert denied.status == 403, denied.body
-    assert f"ResourceSlices of driver {DEFAULT_DRIVER_NAME}; denied: CREATE of a ResourceSlice of driver gpu.nvidia.com" in (
-        denied.message
+    assert f"ValidatingAdmissionPolicy '{POLICY}'" in denied.message
+    assert (
+        f"ResourceSlices of driver {DEFAULT_DRIVER_NAME}; denied: CREATE of a ResourceSlice with spec.driver gpu.nvidia.com"
+        in denied.message
     ), denied.message
+    assert "spec.nodeName" not in denied.message  # the node check passed: the message names the one that failed
     c.api("POST", SLICES, other)  # the admin may
     stored = c.api("GET", f"{SLICES}/node-e-other-driver")
     stored["spec"]["pool"]["generation"] = 2
     for method, body in (("PUT", stored), ("DELETE", None)):
         resp = call(c, token, method, f"{SLICES}/node-e-other-driver", body)
         assert resp.status == 403, (method, resp.body)
-        assert "of a ResourceSlice of driver gpu.nvidia.com" in resp.message, resp.message
+        assert f"denied: {method.replace('PUT', 'UPDATE')} of a ResourceSlice with spec.driver gpu.nvidia.com" in (
+            resp.message
+        ), resp.message
+    assert c.api("GET", f"{SLICES}/node-e-other-driver")["spec"]["pool"]["generation"] == 1
+    # Its own driver on its own node passes both checks.
+    mine = call(c, token, "POST", f"{SLICES}?dryRun=All", resource_slice("node-e"))
+    assert mine.status == 201, mine.body
     c.api("DELETE", f"{SLICES}/node-e-other-driver")
 
 
@@ -547,23 +594,84 @@ def test_rbac_denies_what_the_plugin_does_not_need(installed: LocalCluster) -> N
         assert resp.status == 403, (method, path, resp.body)
         assert f"system:serviceaccount:{NAMESPACE}:{PLUGIN}" in resp.message, resp.message
         assert "cannot" in resp.message, resp.message
-    # Claims are read one by one: no list or watch, cluster-wide or namespaced; events are not patched.
-    for path in (
-        "/apis/resource.k8s.io/v1/resourceclaims",
-        "/apis/resource.k8s.io/v1/resourceclaims?watch=true&timeoutSeconds=1",
-        "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
-        "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims?watch=true&timeoutSeconds=1",
-    ):
-        resp = call(c, token, "GET", path)
-        assert resp.status == 403, (path, resp.body)
-    assert call(c, token, "PATCH", "/api/v1/namespaces/default/events/some-event", {}).status == 403
-    # What it does need is allowed: read a claim in any namespace (404: allowed, absent), and its node.
-    for ns in ("default", "kube-system"):
-        assert call(c, token, "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/absent").status == 404
+    # Its node, yes; a slice by name, no: the publisher only lists and watches (test below).
     assert call(c, token, "GET", "/api/v1/nodes/node-d").status == 200
+    c.api("POST", SLICES, resource_slice("node-d"))
+    resp = call(c, token, "GET", f"{SLICES}/node-d-gpu")
+    assert resp.status == 403, resp.body
+    assert 'cannot get resource "resourceslices"' in resp.message, resp.message
+    c.api("DELETE", f"{SLICES}/node-d-gpu")
     # The admin is not matched by the policy: it may write any node's slices.
     c.api("POST", SLICES, resource_slice("node-z"))
     c.api("DELETE", f"{SLICES}/node-z-gpu")
+
+
+def test_plugin_reads_claims_one_by_one_and_only_creates_events(installed: LocalCluster) -> None:
+    """RBAC on the real API server: a claim in any namespace by name, yes; listing or watching claims, cluster-wide
+    or in a namespace, no. Creating a Node Event, yes; patching, updating or deleting one, no."""
+    c = installed
+    token = pod_bound_token(c, "node-f")
+    user = f'User "system:serviceaccount:{NAMESPACE}:{PLUGIN}"'
+    claims = "/apis/resource.k8s.io/v1/resourceclaims"
+    for path, verb, scope in (
+        (claims, "list", "at the cluster scope"),
+        (f"{claims}?watch=true&timeoutSeconds=1", "watch", "at the cluster scope"),
+        ("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", "list", 'in the namespace "default"'),
+        (
+            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims?watch=true&timeoutSeconds=1",
+            "watch",
+            'in the namespace "default"',
+        ),
+    ):
+        resp = call(c, token, "GET", path)
+        assert resp.status == 403, (path, resp.body)
+        assert f'{user} cannot {verb} resource "resourceclaims" in API group "resource.k8s.io" {scope}' in resp.message, (
+            resp.message
+        )
+
+    # GET by name is allowed in any namespace: a real claim in a namespace of its own, and an absent one.
+    c.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-f"}})
+    claim = c.api(
+        "POST",
+        "/apis/resource.k8s.io/v1/namespaces/team-f/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "one-gpu"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DEFAULT_DRIVER_NAME}}]}},
+        },
+    )
+    got = call(c, token, "GET", "/apis/resource.k8s.io/v1/namespaces/team-f/resourceclaims/one-gpu")
+    assert got.status == 200, got.body
+    assert got.body["metadata"]["uid"] == claim["metadata"]["uid"]
+    assert call(c, token, "GET", "/apis/resource.k8s.io/v1/namespaces/kube-system/resourceclaims/absent").status == 404
+
+    # Events: the Node Event the plugin writes (claims_api.node_event's shape) is created; nothing else.
+    node_uid = c.api("GET", "/api/v1/nodes/node-f")["metadata"]["uid"]
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": "node-f.dra-gpu.", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": "node-f", "uid": node_uid},
+        "reason": "CheckpointRecovered",
+        "message": "test",
+        "type": "Normal",
+        "source": {"component": "dra-gpu-kubelet-plugin", "host": "node-f"},
+        "count": 1,
+    }
+    created = call(c, token, "POST", "/api/v1/namespaces/default/events", event)
+    assert created.status == 201, created.body
+    path = f"/api/v1/namespaces/default/events/{created.body['metadata']['name']}"
+    for method, verb, body in (
+        ("PATCH", "patch", {"count": 2}),
+        ("PUT", "update", {**created.body, "count": 2}),
+        ("DELETE", "delete", None),
+    ):
+        resp = call(c, token, method, path, body)
+        assert resp.status == 403, (method, resp.body)
+        assert f'{user} cannot {verb} resource "events"' in resp.message, resp.message
+    assert c.api("GET", path)["count"] == 1
+    c.api("DELETE", "/api/v1/namespaces/team-f")
 
 
 def test_second_release_with_everything_on_then_uninstall(helm: Helm, installed: LocalCluster) -> None:
@@ -605,7 +713,12 @@ def test_second_release_with_everything_on_then_uninstall(helm: Helm, installed:
     own["spec"]["driver"] = driver
     assert call(c, token, "POST", f"{SLICES}?dryRun=All", own).status == 201
     # and the policy pins its driver: the default release's driver name is not its own
-    assert call(c, token, "POST", f"{SLICES}?dryRun=All", resource_slice("node-ctl")).status == 403
+    resp = call(c, token, "POST", f"{SLICES}?dryRun=All", resource_slice("node-ctl"))
+    assert resp.status == 403, resp.body
+    assert (
+        f"the dra-gpu controller may only create, update and delete ResourceSlices of driver {driver}; "
+        f"denied: CREATE of a ResourceSlice with spec.driver {DEFAULT_DRIVER_NAME}" in resp.message
+    ), resp.message
 
     helm.run("uninstall", release, "--kubeconfig", kubeconfig, "--namespace", namespace)
     gone = [
@@ -662,8 +775,8 @@ def test_plugin_publishes_with_only_the_charts_permissions(helm: Helm, installed
     """The real plugin, run with the chart's env and its pod-bound token, publishes its node's slices.
 
     Proves the ClusterRole is enough for what the plugin actually calls (list/watch with field
-    selectors, create, the Node lookup) and that the policy lets it through: nothing here runs as
-    admin. (Host paths are swapped for temp dirs; no kubelet calls it.)
+    selectors, create, update, delete, the Node lookup) and that the policy lets it through: nothing
+    here runs as admin. (Host paths are swapped for temp dirs; no kubelet calls it.)
     """
     c = installed
     token = pod_bound_token(c, "node-p")
@@ -714,6 +827,23 @@ def test_plugin_publishes_with_only_the_charts_permissions(helm: Helm, installed
             assert proc.poll() is None, f"plugin exited {proc.returncode}:\n{log.read_text()}"
             assert time.monotonic() < deadline, f"deleted slice not restored:\n{log.read_text()}"
             time.sleep(0.2)
+        # An obsolete slice in its pool (the admin's here, as one left by an older plugin would be): the plugin
+        # deletes it and rewrites its own slice in place (PUT) with a higher pool generation.
+        (restored,) = items
+        generation = restored["spec"]["pool"]["generation"]
+        stale = resource_slice("node-p", name="node-p-stale")
+        stale["spec"]["pool"]["generation"] = generation
+        c.api("POST", SLICES, stale)
+        deadline = time.monotonic() + 30
+        while True:
+            items = c.api("GET", SLICES + selector)["items"]
+            names = [i["metadata"]["name"] for i in items]
+            if names == [restored["metadata"]["name"]] and items[0]["spec"]["pool"]["generation"] > generation:
+                break
+            assert proc.poll() is None, f"plugin exited {proc.returncode}:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"obsolete slice not deleted:\n{log.read_text()}"
+            time.sleep(0.2)
+        assert items[0]["metadata"]["uid"] == restored["metadata"]["uid"]  # updated, not re-created
     finally:
         proc.terminate()
         proc.wait(timeout=30)
