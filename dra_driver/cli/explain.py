@@ -9,6 +9,10 @@ templates come from the same file), ResourceSlices (``--slices``, e.g. ``dra-gpu
 yaml`` output, several nodes concatenated), DeviceClasses (``--classes``; without it each driver
 in the slices gets a class of its own name that selects its devices) and already-allocated claims
 (``--allocated``). Either way the allocation simulator from the core does the rest.
+
+:func:`explain_objects` is the whole offline path on parsed documents. Every object is checked
+on the way in (``dra_driver.core.allocator.validate``): a malformed file or object, or one past
+the API's limits, is an :class:`InputError` naming the object and field, never a crash.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from dra_driver.core.allocator import Explanation, explain
+from dra_driver.core.allocator import Explanation, InvalidObject, explain
+from dra_driver.core.allocator.validate import MAX_POD_CLAIMS, Reader, claim_spec, show
 
 if TYPE_CHECKING:
     from dra_driver.kube.explain_api import KubeExplainApi
@@ -39,15 +44,20 @@ def load_objects(path: str) -> list[dict[str, Any]]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise InputError(f"{path}: {err}") from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text: {err.reason} at byte {err.start}") from None
     try:
         docs = _json_stream(text) if text.lstrip().startswith(("{", "[")) else list(yaml.safe_load_all(split_concatenated(text)))
     except (ValueError, yaml.YAMLError) as err:
-        raise InputError(f"{path}: {err}") from None
+        raise InputError(f"{path}: {str(err)[:500]}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply") from None
     out: list[dict[str, Any]] = []
     for doc in docs:
         if not isinstance(doc, dict):
             continue
-        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+        kind = doc.get("kind")
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
             out.extend(item for item in doc["items"] if isinstance(item, dict))
         else:
             out.append(doc)
@@ -89,70 +99,127 @@ def _json_stream(text: str) -> list[Any]:
         out.append(value)
 
 
-def _of_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [o for o in objs if o.get("kind") == kind]
+def _of_kind(objs: Sequence[Any], kind: str) -> list[dict[str, Any]]:
+    """The objects of ``kind`` (anything that is not an object with that ``kind`` is skipped)."""
+    return [o for o in objs if isinstance(o, dict) and isinstance(o.get("kind"), str) and o["kind"] == kind]
 
 
-def _name(o: Mapping[str, Any]) -> str:
-    return str((o.get("metadata") or {}).get("name", ""))
+def _ident(o: Mapping[str, Any], kind: str, index: int) -> tuple[Reader, str, str]:
+    """A reader named after the object, its namespace and name (checked: strings, or absent)."""
+    r = Reader(f"{kind} #{index + 1}")
+    meta = r.obj(r.top(o).get("metadata"), "metadata")
+    name = r.text(meta.get("name"), "metadata.name") or ""
+    ns = r.text(meta.get("namespace"), "metadata.namespace") or ""
+    if name:
+        r.label = f"{kind} {show(ns) + '/' if ns else ''}{show(name)}"
+    return r, ns, name
+
+
+def _name(o: Any) -> str:
+    meta = o.get("metadata") if isinstance(o, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else ""
 
 
 def default_classes(slices: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """One DeviceClass per driver, named like the driver, selecting that driver's devices."""
     out: dict[str, dict[str, Any]] = {}
     for s in slices:
-        driver = str((s.get("spec") or {}).get("driver", ""))
-        if driver and driver not in out:
+        spec = s.get("spec")
+        driver = spec.get("driver") if isinstance(spec, Mapping) else None
+        if isinstance(driver, str) and driver and driver not in out:
             out[driver] = {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "DeviceClass",
                 "metadata": {"name": driver},
-                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+                "spec": {"selectors": [{"cel": {"expression": f"device.driver == {json.dumps(driver)}"}}]},
             }
     return out
 
 
-def workloads(objs: list[dict[str, Any]], allocated: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(label, claims in pod order) for each pod in ``objs``, else one per claim or template."""
-    claims = {
-        (str((c.get("metadata") or {}).get("namespace", "")), _name(c)): c for c in [*allocated, *_of_kind(objs, "ResourceClaim")]
-    }
-    templates = {
-        (str((t.get("metadata") or {}).get("namespace", "")), _name(t)): t for t in _of_kind(objs, "ResourceClaimTemplate")
-    }
+MAX_WORKLOADS = 1000  # pods (else claims and templates) explained from one -f
+
+
+def _template_claim(t: Mapping[str, Any], r: Reader, name: str, ns: str) -> dict[str, Any]:
+    """The claim a template stamps out (its ``spec.spec`` checked, so errors name the template)."""
+    spec = r.obj(t.get("spec"), "spec").get("spec")
+    claim_spec(r, spec, "spec.spec")
+    return {"kind": "ResourceClaim", "metadata": {"name": name, "namespace": ns}, "spec": spec or {}}
+
+
+def _pod_refs(pod: Mapping[str, Any], r: Reader) -> list[dict[str, str]]:
+    """``spec.resourceClaims`` of a pod, checked: each entry's name and claim or template name."""
+    refs = r.seq(r.obj(pod.get("spec"), "spec").get("resourceClaims"), "spec.resourceClaims", MAX_POD_CLAIMS)
+    out = []
+    for i, ref in enumerate(refs):
+        m = r.obj(ref, f"spec.resourceClaims[{i}]")
+        keys = ("name", "resourceClaimName", "resourceClaimTemplateName")
+        out.append({k: r.text(m.get(k), f"spec.resourceClaims[{i}].{k}") or "" for k in keys})
+    return out
+
+
+def workloads(objs: Sequence[Any], allocated: Sequence[Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(label, claims in pod order) for each pod in ``objs``, else one per claim or template.
+
+    Raises :class:`InputError` for a missing claim or template, or a pod or template that is not
+    shaped like one.
+    """
+    try:
+        return _workloads(objs, allocated)
+    except InvalidObject as err:
+        raise InputError(str(err)) from None
+
+
+def _workloads(objs: Sequence[Any], allocated: Sequence[Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    claims: dict[tuple[str, str], dict[str, Any]] = {}
+    for i, c in enumerate([*_of_kind(allocated, "ResourceClaim"), *_of_kind(objs, "ResourceClaim")]):
+        _, ns, name = _ident(c, "ResourceClaim", i)
+        claims[(ns, name)] = c
+    templates: dict[tuple[str, str], dict[str, Any]] = {}
+    for i, t in enumerate(_of_kind(objs, "ResourceClaimTemplate")):
+        _, ns, name = _ident(t, "ResourceClaimTemplate", i)
+        templates[(ns, name)] = t
     pods = _of_kind(objs, "Pod")
-    out: list[tuple[str, list[dict[str, Any]]]] = []
-    for pod in pods:
-        ns = str((pod.get("metadata") or {}).get("namespace", ""))
-        pod_claims: list[dict[str, Any]] = []
-        for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
-            if ref.get("resourceClaimName"):
-                c = claims.get((ns, str(ref["resourceClaimName"])))
-                if c is None:
-                    raise InputError(f"pod {_name(pod)}: ResourceClaim {ref['resourceClaimName']} is not in -f or --allocated")
-                pod_claims.append(c)
-            elif ref.get("resourceClaimTemplateName"):
-                t = templates.get((ns, str(ref["resourceClaimTemplateName"])))
-                if t is None:
-                    raise InputError(f"pod {_name(pod)}: ResourceClaimTemplate {ref['resourceClaimTemplateName']} is not in -f")
-                meta = {"name": f"{_name(pod)}-{ref.get('name', '')}", "namespace": ns}
-                pod_claims.append({"kind": "ResourceClaim", "metadata": meta, "spec": (t.get("spec") or {}).get("spec") or {}})
-        out.append((f"pod {ns + '/' if ns else ''}{_name(pod)}", pod_claims))
+    if len(pods) > MAX_WORKLOADS:
+        raise InputError(f"{len(pods)} pods in -f, at most {MAX_WORKLOADS}: explain them in smaller files")
+    out = [_pod_claims(pod, i, claims, templates) for i, pod in enumerate(pods)]
     if pods:
         return out
-    for c in _of_kind(objs, "ResourceClaim"):
-        out.append((f"claim {_name(c)}", [c]))
-    for t in _of_kind(objs, "ResourceClaimTemplate"):
-        meta = {"name": _name(t), "namespace": (t.get("metadata") or {}).get("namespace", "")}
-        out.append(
-            (
-                f"template {_name(t)}",
-                [{"kind": "ResourceClaim", "metadata": meta, "spec": (t.get("spec") or {}).get("spec") or {}}],
-            )
-        )
+    for i, c in enumerate(_of_kind(objs, "ResourceClaim")):
+        _, _, name = _ident(c, "ResourceClaim", i)
+        out.append((f"claim {show(name)}", [c]))
+    for i, t in enumerate(_of_kind(objs, "ResourceClaimTemplate")):
+        r, ns, name = _ident(t, "ResourceClaimTemplate", i)
+        out.append((f"template {show(name)}", [_template_claim(t, r, name, ns)]))
     if not out:
         raise InputError("no Pod, ResourceClaim or ResourceClaimTemplate in -f")
+    if len(out) > MAX_WORKLOADS:
+        raise InputError(f"{len(out)} claims and templates in -f, at most {MAX_WORKLOADS}: explain them in smaller files")
     return out
+
+
+def _pod_claims(
+    pod: Mapping[str, Any],
+    index: int,
+    claims: Mapping[tuple[str, str], dict[str, Any]],
+    templates: Mapping[tuple[str, str], dict[str, Any]],
+) -> tuple[str, list[dict[str, Any]]]:
+    """(label, claims in pod order) of one pod: named claims as given, template claims stamped out."""
+    r, ns, pod_name = _ident(pod, "Pod", index)
+    pod_claims: list[dict[str, Any]] = []
+    for ref in _pod_refs(pod, r):
+        if ref["resourceClaimName"]:
+            c = claims.get((ns, ref["resourceClaimName"]))
+            if c is None:
+                raise InputError(f"{r.label}: ResourceClaim {show(ref['resourceClaimName'])} is not in -f or --allocated")
+            pod_claims.append(c)
+        elif ref["resourceClaimTemplateName"]:
+            t = templates.get((ns, ref["resourceClaimTemplateName"]))
+            if t is None:
+                raise InputError(f"{r.label}: ResourceClaimTemplate {show(ref['resourceClaimTemplateName'])} is not in -f")
+            tr, _, _ = _ident(t, "ResourceClaimTemplate", 0)
+            pod_claims.append(_template_claim(t, tr, f"{pod_name}-{ref['name']}", ns))
+    return f"pod {show(ns) + '/' if ns else ''}{show(pod_name)}", pod_claims
 
 
 _KINDS = {
@@ -180,11 +247,8 @@ def parse_target(target: str) -> tuple[str, str]:
 
 
 def _claim_from_template(template: Mapping[str, Any], name: str, namespace: str) -> dict[str, Any]:
-    return {
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": (template.get("spec") or {}).get("spec") or {},
-    }
+    r, _, _ = _ident(template, "ResourceClaimTemplate", 0)
+    return _template_claim(template, r, name, namespace)
 
 
 def _live_claims(api: KubeExplainApi, kind: str, name: str, namespace: str) -> tuple[str, list[dict[str, Any]]]:
@@ -194,22 +258,36 @@ def _live_claims(api: KubeExplainApi, kind: str, name: str, namespace: str) -> t
         return f"claim {namespace}/{name}", [obj]
     if kind == "resourceclaimtemplate":
         return f"template {namespace}/{name}", [_claim_from_template(obj, name, namespace)]
-    generated = {
-        str(st.get("name")): str(st.get("resourceClaimName"))
-        for st in (obj.get("status") or {}).get("resourceClaimStatuses") or []
-        if st.get("resourceClaimName")
-    }
+    r, _, _ = _ident(obj, "Pod", 0)
+    status = r.obj(obj.get("status"), "status")
+    statuses = r.seq(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses", MAX_POD_CLAIMS)
+    generated: dict[str, str] = {}
+    for i, st in enumerate(statuses):
+        m = r.obj(st, f"status.resourceClaimStatuses[{i}]")
+        claim_name = r.text(m.get("resourceClaimName"), f"status.resourceClaimStatuses[{i}].resourceClaimName")
+        if claim_name:
+            generated[r.text(m.get("name"), f"status.resourceClaimStatuses[{i}].name") or ""] = claim_name
     claims: list[dict[str, Any]] = []
-    for ref in (obj.get("spec") or {}).get("resourceClaims") or []:
-        ref_name = str(ref.get("name", ""))
-        if ref.get("resourceClaimName"):
-            claims.append(api.get("resourceclaim", namespace, str(ref["resourceClaimName"])))
-        elif ref_name in generated:
-            claims.append(api.get("resourceclaim", namespace, generated[ref_name]))
-        elif ref.get("resourceClaimTemplateName"):
-            template = api.get("resourceclaimtemplate", namespace, str(ref["resourceClaimTemplateName"]))
-            claims.append(_claim_from_template(template, f"{name}-{ref_name}", namespace))
+    for ref in _pod_refs(obj, r):
+        if ref["resourceClaimName"]:
+            claims.append(api.get("resourceclaim", namespace, ref["resourceClaimName"]))
+        elif ref["name"] in generated:
+            claims.append(api.get("resourceclaim", namespace, generated[ref["name"]]))
+        elif ref["resourceClaimTemplateName"]:
+            template = api.get("resourceclaimtemplate", namespace, ref["resourceClaimTemplateName"])
+            claims.append(_claim_from_template(template, f"{name}-{ref['name']}", namespace))
     return f"pod {namespace}/{name}", claims
+
+
+def _uid(c: Any) -> str:
+    meta = c.get("metadata") if isinstance(c, Mapping) else None
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def _allocated(c: Any) -> bool:
+    status = c.get("status") if isinstance(c, Mapping) else None
+    return isinstance(status, Mapping) and bool(status.get("allocation"))
 
 
 def run_live(*, target: str, namespace: str, kubeconfig: str | None) -> list[tuple[str, Explanation]]:
@@ -222,17 +300,15 @@ def run_live(*, target: str, namespace: str, kubeconfig: str | None) -> list[tup
         label, claims = _live_claims(api, kind, name, namespace)
         slice_objs = api.resource_slices()
         class_map = {_name(c): c for c in api.device_classes()}
-        mine = {str((c.get("metadata") or {}).get("uid") or "") for c in claims} - {""}
-        allocated = [
-            c
-            for c in api.resource_claims()
-            if (c.get("status") or {}).get("allocation") and str((c.get("metadata") or {}).get("uid") or "") not in mine
-        ]
+        mine = {_uid(c) for c in claims} - {""}
+        allocated = [c for c in api.resource_claims() if _allocated(c) and _uid(c) not in mine]
         labels = api.node_labels()
+        return [(label, explain(claims, slice_objs, class_map, allocated, labels))]
     except KubeApiError as err:
         what = f"{kind} {namespace}/{name} not found" if err.not_found else str(err)
         raise InputError(what) from None
-    return [(label, explain(claims, slice_objs, class_map, allocated, labels))]
+    except InvalidObject as err:
+        raise InputError(str(err)) from None
 
 
 def default_kubeconfig() -> str | None:
@@ -244,15 +320,40 @@ def default_kubeconfig() -> str | None:
     return str(home) if home.is_file() else None
 
 
+def explain_objects(
+    manifests: Sequence[Any], slices: Sequence[Any], classes: Sequence[Any] | None = None, allocated: Sequence[Any] = ()
+) -> list[tuple[str, Explanation]]:
+    """Explain each workload of the parsed documents (what :func:`load_objects` returns for each file).
+
+    ``manifests``: pods, claims and templates; ``slices``: the ResourceSlices; ``classes``: the
+    DeviceClasses (None: one per driver, see :func:`default_classes`); ``allocated``: claims already
+    allocated. Documents of other kinds are ignored. Raises :class:`InputError` for anything
+    malformed or past the bounds of ``dra_driver.core.allocator.validate``, naming it.
+    """
+    try:
+        slice_objs = _of_kind(slices, "ResourceSlice")
+        if classes is None:
+            class_map = default_classes(slice_objs)
+        else:
+            class_map = {}
+            for i, c in enumerate(_of_kind(classes, "DeviceClass")):
+                class_map[_ident(c, "DeviceClass", i)[2]] = c
+        alloc_objs = _of_kind(allocated, "ResourceClaim")
+        return [(label, explain(claims, slice_objs, class_map, alloc_objs)) for label, claims in workloads(manifests, alloc_objs)]
+    except InvalidObject as err:
+        raise InputError(str(err)) from None
+
+
 def run_explain(
     *, manifests: str, slices: str, classes: str | None = None, allocated: str | None = None
 ) -> list[tuple[str, Explanation]]:
     """Load the files and explain each workload in them."""
-    objs = load_objects(manifests)
-    slice_objs = _of_kind(load_objects(slices), "ResourceSlice")
-    class_map = {_name(c): c for c in _of_kind(load_objects(classes), "DeviceClass")} if classes else default_classes(slice_objs)
-    alloc_objs = _of_kind(load_objects(allocated), "ResourceClaim") if allocated else []
-    return [(label, explain(claims, slice_objs, class_map, alloc_objs)) for label, claims in workloads(objs, alloc_objs)]
+    return explain_objects(
+        load_objects(manifests),
+        load_objects(slices),
+        load_objects(classes) if classes else None,
+        load_objects(allocated) if allocated else [],
+    )
 
 
 def render_text(results: list[tuple[str, Explanation]]) -> str:

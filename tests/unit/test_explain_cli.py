@@ -160,3 +160,29 @@ def test_json_inventory_output_is_accepted(tmp_path: Path, capsys: pytest.Captur
     )
     assert cli(["explain", "-f", str(DEMO / "gpu-no-mig.yaml"), "--slices", str(f), "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["requests"][0]["node"] == "b"
+
+
+def test_a_malformed_slice_is_a_usage_error_naming_the_object_and_field(
+    tmp_path: Path, slices_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slices = load_objects(str(slices_file))
+    slices[1]["spec"]["devices"][2]["capacity"] = ["memory", "24Gi"]  # a list where an object belongs
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump_all(slices))
+    assert cli(["explain", "-f", str(DEMO / "gpu-no-mig.yaml"), "--slices", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "dra-gpu explain: ResourceSlice node-b-gpu.dra-gpu.dev-000: spec.devices[2].capacity: must be an object, not a list\n"
+    )
+
+
+def test_a_slice_with_more_devices_than_the_api_allows_is_refused(
+    tmp_path: Path, slices_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slices = load_objects(str(slices_file))
+    slices[0]["spec"]["devices"] = [{"name": f"gpu-{i}"} for i in range(129)]
+    f = tmp_path / "big.yaml"
+    f.write_text(yaml.safe_dump_all(slices))
+    assert cli(["explain", "-f", str(DEMO / "gpu-no-mig.yaml"), "--slices", str(f)]) == 2
+    assert "ResourceSlice node-a-gpu.dra-gpu.dev-000: spec.devices: 129 items, at most 128 allowed" in capsys.readouterr().err

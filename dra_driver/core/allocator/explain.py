@@ -14,6 +14,21 @@ from typing import Any
 
 from dra_driver.core.allocator.model import AllocatedState, Candidate, NodeOutcome, claim_key, claim_requests
 from dra_driver.core.allocator.simulate import NodeAllocator, explain_request, gather_pools
+from dra_driver.core.allocator.validate import (
+    MAX_ALLOCATED_CLAIMS,
+    MAX_CLASSES,
+    MAX_DEVICES,
+    MAX_POD_CLAIMS,
+    MAX_SLICES,
+    InvalidObject,
+    Reader,
+    read_allocated,
+    read_claim,
+    read_class,
+    read_node_labels,
+    read_slice,
+)
+from dra_driver.core.cel.quantity import QuantityError
 
 
 @dataclass(slots=True)
@@ -80,30 +95,20 @@ def explain(
     """Simulate scheduling ``claims`` (one pod's, in pod order) against the cluster state given.
 
     ``node_labels`` (by node name) serve slices that select nodes by label; without them a node
-    has only its ``kubernetes.io/hostname`` label.
+    has only its ``kubernetes.io/hostname`` label. Raises :class:`InvalidObject` for an object
+    of the wrong shape or an input beyond the bounds in ``validate.py``.
     """
-    state = AllocatedState.from_claims(allocated)
+    claims, slices, classes, allocated, node_labels = read_inputs(claims, slices, classes, allocated, node_labels)
     pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
     done = [c for c in claims if (c.get("status") or {}).get("allocation")]
-    outcomes: list[NodeOutcome] = []
-    cands: dict[tuple[int, str], list[Candidate]] = {}
-    chosen: NodeOutcome | None = None
-    for node in nodes_of(slices):
-        labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
-        pools = gather_pools(slices, node, labels)
-        alloc = NodeAllocator(pending, classes, pools, state, node)
-        outcome = alloc.run()
-        outcomes.append(outcome)
-        if chosen is None and outcome.results is not None:
-            chosen = outcome
-        probe = NodeAllocator(pending, classes, pools, state, node)
-        for ci, c in enumerate(pending):
-            for alts in claim_requests(c):
-                for req in alts:
-                    cands.setdefault((ci, req.name), []).extend(explain_request(probe, ci, req))
+    try:
+        outcomes, cands = _simulate(pending, slices, classes, allocated, node_labels)
+    except QuantityError as err:  # the inputs' quantities are bounded, so their sums should never fail
+        raise InvalidObject(f"input: quantity arithmetic failed: {err}") from None
+    chosen = next((o for o in outcomes if o.results is not None), None)
     entries: list[RequestExplanation] = []
     for c in done:
-        results = ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+        results = (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
         by_req: dict[str, list[str]] = {}
         for r in results:
             by_req.setdefault(str(r.get("request", "")), []).append(f"{r.get('pool')}/{r.get('device')}")
@@ -127,6 +132,60 @@ def explain(
             for req in alts:
                 entries.append(RequestExplanation(key, req.name, None, [], reason, cands.get((ci, req.name), [])))
     return Explanation(entries, outcomes)
+
+
+def _simulate(
+    pending: list[dict[str, Any]],
+    slices: list[dict[str, Any]],
+    classes: dict[str, dict[str, Any]],
+    allocated: list[dict[str, Any]],
+    node_labels: dict[str, dict[str, str]] | None,
+) -> tuple[list[NodeOutcome], dict[tuple[int, str], list[Candidate]]]:
+    """Each node's outcome, and every candidate device per (claim index, request name)."""
+    state = AllocatedState.from_claims(allocated)
+    outcomes: list[NodeOutcome] = []
+    cands: dict[tuple[int, str], list[Candidate]] = {}
+    for node in nodes_of(slices):
+        labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
+        pools = gather_pools(slices, node, labels)
+        outcomes.append(NodeAllocator(pending, classes, pools, state, node).run())
+        probe = NodeAllocator(pending, classes, pools, state, node)
+        for ci, c in enumerate(pending):
+            for alts in claim_requests(c):
+                for req in alts:
+                    cands.setdefault((ci, req.name), []).extend(explain_request(probe, ci, req))
+    return outcomes, cands
+
+
+def read_inputs(
+    claims: Any, slices: Any, classes: Any, allocated: Any, node_labels: Any
+) -> tuple[
+    list[dict[str, Any]],
+    list[dict[str, Any]],
+    dict[str, dict[str, Any]],
+    list[dict[str, Any]],
+    dict[str, dict[str, str]] | None,
+]:
+    """Every input read into checked copies (see ``validate.py``); raises :class:`InvalidObject`."""
+    r = Reader("input")
+    claim_list = r.seq(claims, "the pod's claims", MAX_POD_CLAIMS)
+    slice_list = r.seq(slices, "ResourceSlices", MAX_SLICES)
+    alloc_list = r.seq(allocated, "allocated ResourceClaims", MAX_ALLOCATED_CLAIMS)
+    class_map = r.obj(classes, "DeviceClasses", MAX_CLASSES)
+    read_slices: list[dict[str, Any]] = []
+    devices = 0
+    for i, s in enumerate(slice_list):
+        read_slices.append(read_slice(s, i))
+        devices += len(read_slices[-1]["spec"].get("devices") or ())
+        if devices > MAX_DEVICES:
+            raise InvalidObject(f"input: more than {MAX_DEVICES} devices in all ResourceSlices")
+    return (
+        [read_claim(c, i) for i, c in enumerate(claim_list)],
+        read_slices,
+        {name: read_class(c, name) for name, c in class_map.items()},
+        [read_allocated(c, i) for i, c in enumerate(alloc_list)],
+        None if node_labels is None else read_node_labels(node_labels),
+    )
 
 
 def _alloc_node(claim: Mapping[str, Any]) -> str | None:

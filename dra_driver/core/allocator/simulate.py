@@ -5,7 +5,9 @@ generation, completeness, validity), walks pools by (driver, pool), slices by na
 spec order, tries each request's alternatives in order (``firstAvailable``), checks class then
 request selectors (cached per device and request), capacity, counters, taints and constraints,
 and backtracks until a complete allocation is found. A selector error aborts the whole attempt
-with the scheduler's message. :func:`explain_request` gives every device's first reason.
+with the scheduler's message, and so does a search that tries more than ``MAX_SEARCH_STEPS``
+devices on one node (the scheduler's filter timeout). :func:`explain_request` gives every
+device's first reason. Inputs are trusted to have the shapes ``validate.py`` checks.
 """
 
 from __future__ import annotations
@@ -25,10 +27,35 @@ from dra_driver.core.allocator.model import (
     claim_requests,
     qty,
 )
-from dra_driver.core.cel import CelError, DeviceView, compile_selector
+from dra_driver.core.cel import CelCompileError, CelError, CompiledSelector, DeviceView, compile_selector
 from dra_driver.core.cel.quantity import Quantity
 
 MAX_RESULTS = 32  # resourceapi.AllocationResultsMaxSize
+# Devices the search may try on one node before it gives up, as the scheduler gives up after its
+# filter timeout (10s by default): a search that backtracks over many devices is exponential.
+MAX_SEARCH_STEPS = 100_000
+
+
+_COMPILE_FAILURES: dict[str, CelCompileError] = {}
+
+
+def _compile(expression: str) -> CompiledSelector:
+    """``compile_selector``; a CEL front-end crash on an expression is reported as a compile error.
+
+    The front end raises ``ValueError`` for an int literal of more than 4300 digits (and could
+    run out of stack on some other input): that expression does not compile, and an explanation
+    says so rather than crashing. Failures are remembered, as ``compile_selector`` remembers its own.
+    """
+    failed = _COMPILE_FAILURES.get(expression)
+    if failed is not None:
+        raise CelCompileError(failed.message)
+    try:
+        return compile_selector(expression)
+    except (ValueError, RecursionError) as err:
+        if len(_COMPILE_FAILURES) > 1024:
+            _COMPILE_FAILURES.clear()
+        failed = _COMPILE_FAILURES[expression] = CelCompileError(f"compilation failed: {type(err).__name__}: {str(err)[:200]}")
+        raise CelCompileError(failed.message) from None
 
 
 class AllocationAborted(Exception):
@@ -55,6 +82,10 @@ class Pool:
 
 def _spec(s: Mapping[str, Any]) -> Mapping[str, Any]:
     return s.get("spec") or {}
+
+
+def _generation(s: Mapping[str, Any]) -> int:
+    return int((_spec(s).get("pool") or {}).get("generation") or 0)
 
 
 def _node_selector_matches(selector: Mapping[str, Any] | None, node: str, labels: Mapping[str, str]) -> bool:
@@ -109,23 +140,27 @@ def gather_pools(slices: Sequence[Mapping[str, Any]], node: str | None, labels: 
             continue
         if not relevant:
             continue
-        pid = (str(sp.get("driver", "")), str((sp.get("pool") or {}).get("name", "")))
-        gen = int((sp.get("pool") or {}).get("generation", 0))
+        pid = (str(sp.get("driver") or ""), str((sp.get("pool") or {}).get("name") or ""))
+        gen = _generation(s)
         have = by_pool.get(pid)
-        if have is None or gen > int(_spec(have[0]).get("pool", {}).get("generation", 0)):
+        if have is None or gen > _generation(have[0]):
             by_pool[pid] = [s]
-        elif gen == int(_spec(have[0]).get("pool", {}).get("generation", 0)):
+        elif gen == _generation(have[0]):
             have.append(s)
     pools: list[Pool] = []
     for (driver, name), mine in by_pool.items():
-        gen = int(_spec(mine[0])["pool"].get("generation", 0))
-        want = int(_spec(mine[0])["pool"].get("resourceSliceCount", 0))
+        gen = _generation(mine[0])
+        want = int((_spec(mine[0]).get("pool") or {}).get("resourceSliceCount") or 0)
         all_slices = mine
         if len(mine) != want:
-            same = [s for s in slices if _spec(s).get("driver") == driver and (_spec(s).get("pool") or {}).get("name") == name]
-            if any(int(_spec(s)["pool"].get("generation", 0)) > gen for s in same):
+            same = [
+                s
+                for s in slices
+                if str(_spec(s).get("driver") or "") == driver and str((_spec(s).get("pool") or {}).get("name") or "") == name
+            ]
+            if any(_generation(s) > gen for s in same):
                 continue  # obsolete
-            all_slices = [s for s in same if int(_spec(s)["pool"].get("generation", 0)) == gen]
+            all_slices = [s for s in same if _generation(s) == gen]
             if len(all_slices) != want:
                 pools.append(
                     Pool(driver, name, incomplete=f"pool {driver}/{name} is incomplete: {len(all_slices)} of {want} slices")
@@ -299,6 +334,7 @@ class NodeAllocator:
         self.constraints: list[list[_Constraint]] = []
         self.all_devices: dict[tuple[int, int, int], list[tuple[Pool, Mapping[str, Any], Mapping[str, Any]]]] = {}
         self._views: dict[DeviceID, DeviceView] = {}
+        self.steps = 0
 
     # -- setup ----------------------------------------------------------------------------------
     def run(self) -> NodeOutcome:
@@ -403,7 +439,7 @@ class NodeAllocator:
         where = f"class {class_name}" if class_name is not None else f"claim {claim_key(self.claims[ci])}"
         for i, expr in enumerate(sels):
             try:
-                sel = compile_selector(expr)
+                sel = _compile(expr)
             except CelError as err:
                 raise AllocationAborted(f"{where}: selector #{i}: CEL compile error: {err.message}") from None
             try:
@@ -475,6 +511,7 @@ class NodeAllocator:
                 return False
             if di >= len(devices):
                 return self._one(ci, ri + 1, 0, 0, False, (0, 0, 0))
+            self._step()
             pool, s, d = devices[di]
             undo = self._allocate(ci, req, pool, s, d, must=True)
             if undo is None:
@@ -497,6 +534,7 @@ class NodeAllocator:
                 devs = _spec(s).get("devices") or []
                 d0 = start[2] if (pi == start[0] and sj == start[1]) else 0
                 for dk in range(d0, len(devs)):
+                    self._step()
                     d = devs[dk]
                     did = self.dev_id(pool, d)
                     if req.admin_access and ci in self.allocating.get(did, set()):
@@ -514,6 +552,15 @@ class NodeAllocator:
                         return True
                     undo()
         return False
+
+    def _step(self) -> None:
+        self.steps += 1
+        if self.steps > MAX_SEARCH_STEPS:
+            where = f"node {self.node}: " if self.node else ""
+            raise AllocationAborted(
+                f"{where}timed out trying to allocate devices (the simulation gave up after trying {MAX_SEARCH_STEPS} "
+                "devices; the scheduler gives up after its filter timeout, 10s by default)"
+            )
 
     def _allocate(self, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any], *, must: bool) -> Any:  # noqa: PLR0911, PLR0912 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
         did = self.dev_id(pool, d)
@@ -691,7 +738,7 @@ def _explain_device(a: NodeAllocator, ci: int, req: Request, pool: Pool, s: Mapp
     for where, sels in groups:
         for i, expr in enumerate(sels):
             try:
-                ok = compile_selector(expr).matches_view(a.view(did, d))
+                ok = _compile(expr).matches_view(a.view(did, d))
             except CelError as err:
                 kind = "CEL compile error" if err.kind == "compile" else "CEL runtime error"
                 return Candidate(a.node, name, "error", f"{where} selector #{i}: {kind}: {err.message}")
