@@ -9,7 +9,7 @@ given twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable
 
 import structlog
 
@@ -95,19 +95,16 @@ class MigOps:
         crash_point("after_mig_mode_disabled")
 
     def find(self, rec: MigRecord) -> MigInstance | None:
-        """The live instance a record stands for (same GPU, profile and placement, and GI id if known)."""
+        """The live instance a record stands for (same GPU, profile and placement; GI id and MIG UUID if known)."""
         gpu = self._gpus.get(rec.parent_uuid)
         if gpu is None:
             return None
         for inst in self.backend.instances(gpu):
-            if inst.profile_id != rec.profile_id or inst.placement.start != rec.start:
-                continue
-            if rec.gi_id is not None and inst.gi_id != rec.gi_id:
-                continue
-            return inst
+            if inst.profile_id == rec.profile_id and inst.placement.start == rec.start and is_instance_of(rec, inst):
+                return inst
         return None
 
-    def adopt(self, target: DeviceTarget, *, keep: Iterable[tuple[str, int]] = ()) -> ResolvedDevice | None:
+    def adopt(self, target: DeviceTarget, *, keep: Collection[MigRecord] = ()) -> ResolvedDevice | None:
         """A recovered claim's instance at exactly the target's placement, made whole; None if absent.
 
         Used instead of rolling back when a lost checkpoint means a container may already use
@@ -118,7 +115,7 @@ class MigOps:
             raise ValueError(f"device {target.name} is not a MIG placement")
         intent = MigRecord(target.gpu.uuid, target.profile.profile_id, target.profile.name, target.placement.start, 0)
         inst = self.find(intent)
-        if inst is None or (inst.parent_uuid, inst.gi_id) in set(keep):
+        if inst is None or owned(inst, keep):
             return None
         if inst.ci_id is None:
             inst = self.backend.create_compute_instance(target.gpu, inst.gi_id)
@@ -149,13 +146,13 @@ class MigOps:
 
     # -- unprepare ----------------------------------------------------------------------------
 
-    def destroy(self, rec: MigRecord, *, keep: Iterable[tuple[str, int]] = ()) -> bool:
+    def destroy(self, rec: MigRecord, *, keep: Collection[MigRecord] = ()) -> bool:
         """Destroy the instance a record stands for, CIs first; False when there was none.
 
-        ``keep`` holds (parent UUID, GI id) pairs other claims own: never destroyed.
+        ``keep`` holds the carved instances other claims own: never destroyed.
         """
         inst = self.find(rec)
-        if inst is None or (inst.parent_uuid, inst.gi_id) in set(keep):
+        if inst is None or owned(inst, keep):
             return False
         self.destroy_instance(inst, reason="claim unprepared")
         return True
@@ -184,8 +181,8 @@ class MigOps:
 
     # -- start-up -----------------------------------------------------------------------------
 
-    def sweep(self, owned: Mapping[str, set[int]]) -> list[MigInstance]:
-        """Destroy every instance not owned by a completed claim (``owned``: GPU UUID → GI ids).
+    def sweep(self, keep: Collection[MigRecord]) -> list[MigInstance]:
+        """Destroy every instance not owned by a completed claim (``keep``: their carved instances).
 
         Returns what was destroyed. An instance that cannot be destroyed (in use) is logged and
         kept; the next start tries again.
@@ -195,7 +192,7 @@ class MigOps:
             if self.backend.catalog(gpu) is None:
                 continue
             for inst in self.backend.instances(gpu):
-                if inst.gi_id in owned.get(gpu.uuid, set()):
+                if owned(inst, keep):
                     continue
                 try:
                     self.destroy_instance(inst, reason="not owned by a prepared claim")
@@ -207,3 +204,21 @@ class MigOps:
             except MigError as err:
                 log.error("mig_mode_not_released", gpu=gpu.uuid, error=str(err))
         return gone
+
+
+def is_instance_of(rec: MigRecord, inst: MigInstance) -> bool:
+    """True when a live instance can be the one a record names: same GPU, GI id and MIG UUID where known.
+
+    NVML reuses GI ids once an instance is destroyed, but a MIG UUID is new on every creation, so
+    a record of a destroyed instance (say, from a checkpoint generation older than its destroy)
+    never names the instance that reused its GI id. A GPU instance whose compute instance is gone
+    has no UUID; it matches by GI id.
+    """
+    if rec.parent_uuid != inst.parent_uuid or (rec.gi_id is not None and rec.gi_id != inst.gi_id):
+        return False
+    return not (rec.mig_uuid and inst.uuid and rec.mig_uuid != inst.uuid)
+
+
+def owned(inst: MigInstance, records: Iterable[MigRecord]) -> bool:
+    """True when one of the carved-instance ``records`` (each with its GI id) names ``inst``."""
+    return any(r.gi_id is not None and is_instance_of(r, inst) for r in records)

@@ -55,7 +55,7 @@ from dra_driver.core.checkpoint import Checkpoint, CheckpointTooNew, ClaimEntry,
 from dra_driver.core.claims import ClaimAllocation, ClaimError, parse_claim, validate_claim_ref, validate_claim_uid
 from dra_driver.core.config import ConfigError, TimeSliceInterval, resolve_configs
 from dra_driver.core.gpu import GpuInfo
-from dra_driver.core.mig import MigError, MigStrategy
+from dra_driver.core.mig import MigError, MigInstance, MigStrategy
 from dra_driver.core.mig_publish import DeviceTarget, Publication, full_gpu_states, publish_node
 from dra_driver.core.prepare import ClaimPlan, ResolvedDevice, plan_claim, spec_device_uuids
 from dra_driver.core.sharing import SharingBackend
@@ -63,7 +63,7 @@ from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
 from dra_driver.files.lock import LockTimeout, file_lock
 from kubelet_plugin.faults import crash_point
-from kubelet_plugin.mig_ops import MigOps
+from kubelet_plugin.mig_ops import MigOps, owned
 
 log = structlog.get_logger(__name__)
 
@@ -196,13 +196,7 @@ class DeviceState:
     def _recover_devices(self, cp: Checkpoint, *, sweep: bool) -> None:
         """At start: destroy MIG instances no claim owns (trusted state only); restart MPS daemons that died."""
         if sweep and self._mig is not None and any(t.dynamic for t in self.targets.values()):
-            owned: dict[str, set[int]] = {}
-            for entry in cp.claims.values():
-                if entry.state is ClaimState.PREPARE_COMPLETED or entry.recovered:
-                    for rec in entry.mig_records():
-                        if rec.gi_id is not None:
-                            owned.setdefault(rec.parent_uuid, set()).add(rec.gi_id)
-            for inst in self._mig.sweep(owned):
+            for inst in self._mig.sweep(_owned_by_others(cp, "")):
                 log.warning("mig_leftover_destroyed", gpu=inst.parent_uuid, gi_id=inst.gi_id, profile=inst.profile_name)
         if self._sharing is not None:
             for uid, entry in cp.claims.items():
@@ -220,15 +214,19 @@ class DeviceState:
         every CDI spec without an entry becomes a recovered entry owning the MIG instances its
         spec hands out. MIG instances nobody is known to own are kept and reported.
         """
-        claims = dict(cp.claims)
+        live = self._mig.dynamic_instances() if self._mig is not None else []
+        on_disk = self._cdi.claim_uids()
+        finished = sorted(uid for uid, entry in cp.claims.items() if self._unprepared(uid, entry, live, on_disk))
+        claims = {uid: entry for uid, entry in cp.claims.items() if uid not in finished}
         from_previous = len(claims)
         for uid, entry in claims.items():
             if entry.state is ClaimState.PREPARE_STARTED and not entry.recovered:
                 claims[uid] = replace(entry, recovered=True)
-        live = self._mig.dynamic_instances() if self._mig is not None else []
+        for uid in finished:
+            log.warning("claim_unprepared_before_loss_forgotten", claim_uid=uid, namespace=cp.claims[uid].namespace)
         by_uuid = {inst.uuid: inst for inst in live if inst.uuid}
         adopted: list[str] = []
-        for uid in sorted(self._cdi.claim_uids() - set(claims)):
+        for uid in sorted(on_disk - set(claims)):
             try:
                 validate_claim_uid(uid)
             except ClaimError:
@@ -240,21 +238,13 @@ class DeviceState:
             claims[uid] = ClaimEntry(ClaimState.PREPARE_STARTED, "", "", cdi_spec=spec, mig_intents=records, recovered=True)
             adopted.append(uid)
             log.warning("claim_adopted_from_cdi_spec", claim_uid=uid, mig=[r.mig_uuid for r in records])
-        owned = {
-            (r.parent_uuid, r.gi_id)
-            for e in claims.values()
-            for r in (*e.mig_records(), *(d.mig for d in e.devices if d.mig is not None))
-            if r.gi_id is not None
-        }
+        held = [r for e in claims.values() for r in (*e.mig_records(), *(d.mig for d in e.devices if d.mig is not None))]
         owned_places = {(r.parent_uuid, r.profile_id, r.start) for e in claims.values() for r in e.mig_records()}
-        unowned = [
-            i
-            for i in live
-            if (i.parent_uuid, i.gi_id) not in owned and (i.parent_uuid, i.profile_id, i.placement.start) not in owned_places
-        ]
+        unowned = [i for i in live if not owned(i, held) and (i.parent_uuid, i.profile_id, i.placement.start) not in owned_places]
         kept = ", ".join(f"{i.parent_uuid}/gi{i.gi_id} {i.profile_name}@{i.placement.start}" for i in unowned)
         message = (
             f"checkpoint rebuilt without destroying anything: {from_previous} claim(s) from the previous generation, "
+            f"{len(finished)} of its claim(s) found unprepared since and forgotten ({', '.join(finished) or 'none'}), "
             f"{len(adopted)} adopted from CDI specs ({', '.join(adopted) or 'none'}); "
             f"{len(unowned)} MIG instance(s) no claim is known to own kept in place"
             + (f" ({kept})" if unowned else "")
@@ -262,6 +252,21 @@ class DeviceState:
         )
         self._tell(Notice("CheckpointRebuilt", message))
         return replace(cp, claims=claims)
+
+    def _unprepared(self, uid: str, entry: ClaimEntry, live: list[MigInstance], on_disk: set[str]) -> bool:
+        """True for a completed claim of an older generation that was unprepared since: nothing of it is left.
+
+        Unprepare undoes sharing and destroys MIG instances before it removes the CDI spec, and a
+        completed claim always had its spec: a claim with no spec, no live MIG instance (by MIG
+        UUID: its GI id may be reused by now) and no running MPS daemon holds nothing a container
+        could use. Keeping it would make its stale records shield, or later destroy, what other
+        claims carve.
+        """
+        if entry.state is not ClaimState.PREPARE_COMPLETED or uid in on_disk:
+            return False
+        if any(owned(inst, entry.mig_records()) for inst in live):
+            return False
+        return self._sharing is None or not any(self._sharing.mps_running(d.daemon_id) for d in entry.mps_daemons)
 
     def _tell(self, notice: Notice) -> None:
         (log.error if notice.warning else log.info)("checkpoint_notice", reason=notice.reason, detail=notice.message)
@@ -488,10 +493,9 @@ class DeviceState:
         """A recovered claim, prepared again: destroy the instances it held that its devices no longer use."""
         if self._mig is None:
             return
-        used = {(d.mig.parent_uuid, d.mig.gi_id) for d in done.devices if d.mig is not None and d.mig.gi_id is not None}
-        keep = used | _owned_by_others(cp, uid)
+        keep = [d.mig for d in done.devices if d.mig is not None and d.mig.gi_id is not None] + _owned_by_others(cp, uid)
         for rec in started.mig_intents:
-            if rec.gi_id is not None and (rec.parent_uuid, rec.gi_id) not in keep:
+            if rec.gi_id is not None:
                 self._mig.destroy(rec, keep=keep)
 
     def _provisional(self, claim: ClaimAllocation) -> dict[str, ResolvedDevice]:
@@ -705,15 +709,15 @@ class DeviceState:
             return self._store.load().checkpoint.claims
 
 
-def _owned_by_others(cp: Checkpoint, uid: str) -> set[tuple[str, int]]:
-    """(GPU UUID, GI id) of the MIG instances claims other than ``uid`` have carved or hold after recovery."""
-    return {
-        (r.parent_uuid, r.gi_id)
+def _owned_by_others(cp: Checkpoint, uid: str) -> list[MigRecord]:
+    """The MIG instances claims other than ``uid`` have carved or hold after recovery (records with GI ids)."""
+    return [
+        r
         for other_uid, other in cp.claims.items()
         if other_uid != uid and (other.state is ClaimState.PREPARE_COMPLETED or other.recovered)
         for r in other.mig_records()
         if r.gi_id is not None
-    }
+    ]
 
 
 def _carves(t: DeviceTarget) -> bool:

@@ -356,3 +356,57 @@ def test_a_trusted_checkpoint_still_sweeps_leftovers(tmp_path: Path) -> None:
     backend.create_gpu_instance(GPUS[2], 19, 6)  # made behind the plugin's back: no claim owns it
     node.start()
     assert [GPUS[1].uuid] == [i.parent_uuid for i in node.instances()]
+
+
+def test_a_claim_unprepared_before_the_newest_checkpoint_was_lost_does_not_come_back(tmp_path: Path) -> None:
+    """Found by ``make soak``: the previous generation still holds a claim the kubelet unprepared.
+
+    Its GI id is reused by the next carve; the stale record used to shield that new instance
+    from its own claim's unprepare, leaving it behind.
+    """
+    claims = Claims()
+    node = Node(tmp_path, claims)
+    state = node.start()
+    gone = mig_claim(claims, "gpu-0-mig-1g10gb-6")
+    ok(state.prepare([gone]), gone)
+    [old] = node.instances()
+    assert {gone.uid: ""} == state.unprepare([gone])
+    node.checkpoint.unlink()  # the previous generation is the one where `gone` was prepared
+    state = node.start()
+    assert gone.uid not in state.prepared_claims()
+    rebuilt = next(n for n in node.notices if n.reason == "CheckpointRebuilt")
+    assert f"1 of its claim(s) found unprepared since and forgotten ({gone.uid})" in rebuilt.message
+    later = mig_claim(claims, "gpu-0-mig-1g10gb-5")
+    ok(state.prepare([later]), later)
+    [new] = node.instances()
+    assert (new.gi_id, new.parent_uuid) == (old.gi_id, old.parent_uuid) and new.uuid != old.uuid  # the GI id is reused
+    assert {later.uid: ""} == state.unprepare([later])
+    assert [] == node.instances()
+    assert {} == dict(state.prepared_claims())
+
+
+def test_a_claim_whose_spec_is_still_there_is_kept_after_a_lost_checkpoint(tmp_path: Path) -> None:
+    """Only a claim with nothing left is forgotten: a CDI spec on disk means a container may use it."""
+    node, first, second = prepared_pair(tmp_path)
+    state = node.start()
+    assert {first.uid: ""} == state.unprepare([first])
+    node.checkpoint.unlink()
+    state = node.start()
+    assert {second.uid} == set(state.prepared_claims())  # `first` unprepared: forgotten; `second` kept
+    assert_still_prepared(node, [second])
+
+
+def test_a_stale_record_never_names_the_instance_that_reused_its_gi_id(tmp_path: Path) -> None:
+    """MIG UUIDs are new on every creation: a destroyed instance's record finds, keeps and destroys nothing new."""
+    backend = make_mig_backend(fake=True, gpus=GPUS, state_dir=tmp_path / "sim", boot_id="boot-1")
+    publication = node_publication(GPUS, MigStrategy.DYNAMIC, backend)
+    ops = MigOps(backend, GPUS)
+    target = publication.targets["gpu-0-mig-1g10gb-6"]
+    stale = ops.carve(target).mig
+    assert stale is not None and ops.find(stale) is not None
+    assert ops.destroy(stale)
+    fresh = ops.carve(target).mig
+    assert fresh is not None and (fresh.gi_id, fresh.start) == (stale.gi_id, stale.start)
+    assert ops.find(stale) is None
+    assert not ops.destroy(stale)
+    assert [] == ops.sweep([fresh]) and [] != ops.sweep([stale])  # owned by the live record only
