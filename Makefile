@@ -15,7 +15,7 @@ all: test
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e . --group dev
 	rm -f $(VENV)/.installed-*; touch $@
 
 venv: $(STAMP)
@@ -66,7 +66,7 @@ bench: venv k8s
 	$(VENV)/bin/python -m bench.selectors
 
 # Minutes of kubelet traffic against the plugin while it is killed, the API server paused and the
-# checkpoint corrupted; prints the counts and every invariant violation (bench/soak.py).
+# checkpoint corrupted; prints the counts and every invariant violation (bench/soak/).
 soak: venv k8s
 	$(VENV)/bin/python -m bench.soak
 

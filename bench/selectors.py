@@ -4,7 +4,7 @@ scheduler's Go code (k8s.io/dynamic-resource-allocation/cel through e2e/cmd/celd
 The fleet is 5,000 nodes of 8 GPUs built from the fake profiles (H100, H200, B200, A100 40/80GB),
 with three driver versions, unique UUIDs and PCI addresses. Python compiles each selector once
 and evaluates it once per distinct projection of a device onto what the selector reads (see
-``dra_driver/core/cel/projection.py``); Go does what the scheduler does, ``DeviceMatches`` for
+``dra_driver/schedsim/cel/projection.py``); Go does what the scheduler does, ``DeviceMatches`` for
 every (selector, device). Both must find the same matches. Prints both times and their ratio.
 Not a test: it asserts nothing about speed. Run with ``make bench`` (``python -m bench.selectors``).
 """
@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from dra_driver.cli.main import inventory_slices
-from dra_driver.core.cel import CelRuntimeError, DeviceView, compile_selector
+from dra_driver.schedsim.cel import CelRuntimeError, DeviceView, compile_selector
 from tests.differential.oracle import Celdiff
 
 DRIVER = "gpu.dra-gpu.dev"

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import structlog
 
+from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.flags import add_common_flags, check_common_flags
 from dra_driver.appkit.inventory import node_publication
-from dra_driver.appkit.signals import stop_on_signals
 from dra_driver.core.mig import MigStrategy
-from dra_driver.obs.logs import configure_logging
-from dra_driver.sources.select import make_mig_backend, make_source
+from dra_driver.mig_backends.select import make_mig_backend
+from dra_driver.sources.select import make_source
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +59,7 @@ def parse(argv: list[str] | None = None) -> ControllerSettings:
 def run(settings: ControllerSettings, stop: threading.Event) -> int:
     """Publish the node's devices until ``stop`` is set; return the exit code."""
     # Imported here so that --help and flag errors never load the kubernetes client.
-    from controller.publisher import SlicePublisher
+    from dra_driver.appkit.publisher import SlicePublisher
     from dra_driver.kube.client import load_api_client
     from dra_driver.kube.slices_api import KubeSliceApi
 
@@ -79,21 +79,7 @@ def run(settings: ControllerSettings, stop: threading.Event) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console script entry: parse, configure logs, run until SIGTERM/SIGINT."""
-    try:
-        settings = parse(argv)
-    except SystemExit as exc:  # argparse: --help (0) or a bad flag (2)
-        return exc.code if isinstance(exc.code, int) else 2
-    configure_logging(settings.log_level)
-    structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
-    stop = threading.Event()
-    stop_on_signals(stop)
-    try:
-        return run(settings, stop)
-    except Exception:
-        log.exception("controller_failed")
-        return 1
-    finally:
-        log.info("controller_stopped")
+    return run_daemon("controller", argv, parse, run, lambda s: {"node": s.node_name, "driver": s.driver_name})
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Pytest fixtures for the e2e suite: one LocalCluster per test module.
+"""Pytest fixtures for the e2e suite: one LocalCluster per test module, the built Helm.
 
 Component logs go to pytest's temp dir (kept for the last few runs); a failing
 test's report names that dir and shows the tail of the apiserver log.
@@ -11,6 +11,7 @@ from collections.abc import Generator, Iterator
 import pytest
 
 from e2e.cluster import LocalCluster
+from e2e.helm_cli import Helm
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +19,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """etcd + kube-apiserver only; tests needing more build their own LocalCluster."""
     with LocalCluster(log_dir=tmp_path_factory.mktemp("k8s-logs")) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """The built Helm binary; fails (never skips) naming e2e/helm/build.sh when it is missing."""
+    return Helm.built(tmp_path_factory.mktemp("helm-home"))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -38,9 +38,9 @@ from typing import Any
 from dra_driver.core.cdi import cdi_device_id
 from dra_driver.core.mig import MigInstance, profile_slug
 from dra_driver.core.sharing import shared_daemon_id
+from dra_driver.mig_backends.sim import load_instances, load_modes
+from dra_driver.sharing_backends.sim import STATE_FILE, read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
-from dra_driver.sources.migsim import load_instances, load_modes
-from dra_driver.sources.sharing_sim import STATE_FILE, read_sharing_state
 from e2e.cluster import LocalCluster
 from e2e.helm_cli import Helm
 from e2e.manifests import apply, apply_file, load

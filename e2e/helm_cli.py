@@ -1,4 +1,4 @@
-"""The Helm CLI built from source (``e2e/helm/build.sh``), for the e2e tests and the demo.
+"""The Helm CLI built from source (``e2e/helm/build.sh``), for the e2e tests and the demo, and what its output is read with.
 
 ``Helm.built`` finds the pinned binary (failing, never skipping, with the build command when it
 is missing) and runs it with a private home, so nothing of the user's Helm config is touched.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,11 @@ CHART = E2E_DIR.parent / "deploy" / "helm" / "dra-gpu"
 HELM_BUILD = E2E_DIR / "helm" / "build.sh"
 RELEASE = "dra-gpu"
 NAMESPACE = "dra-gpu"
+# Object names for release "dra-gpu" of chart "dra-gpu" (the release name is the prefix).
+PLUGIN = "dra-gpu-kubelet-plugin"  # DaemonSet, ServiceAccount, ClusterRole(Binding)
+POLICY = "dra-gpu-resourceslices"  # ValidatingAdmissionPolicy and its binding
+DENIED = "may only create, update and delete ResourceSlices of its own node"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 class HelmError(RuntimeError):
@@ -86,3 +92,13 @@ class Helm:
         for s in sets:
             args += ["--set", s]
         return [d for d in yaml.safe_load_all(self.run(*args).stdout) if d]
+
+
+def by_kind(docs: Sequence[Mapping[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    """Rendered objects of one kind, by name."""
+    return {d["metadata"]["name"]: dict(d) for d in docs if d["kind"] == kind}
+
+
+def env_of(container: Mapping[str, Any]) -> dict[str, Any]:
+    """A container's env as name -> value (or valueFrom)."""
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}

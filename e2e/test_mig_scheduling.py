@@ -27,8 +27,8 @@ from dra_driver.cli.main import inventory_slices
 from dra_driver.core.cdi import cdi_device_id, env_prefix
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigInstance, MigStrategy, parse_mig_device_name, profile_slug
+from dra_driver.mig_backends.sim import load_instances, load_modes
 from dra_driver.sources.fake import FakeGpuSource
-from dra_driver.sources.migsim import load_instances, load_modes
 from e2e.cluster import LocalCluster
 from e2e.helm_cli import Helm
 from e2e.manifests import apply, apply_file, load

@@ -35,7 +35,7 @@ import pytest
 from dra_driver.cli.main import inventory_slices
 from dra_driver.core.cdi import cdi_device_id, env_prefix
 from dra_driver.core.sharing import CONTAINER_MPS_PIPE_DIR, claim_daemon_id, mps_dirs
-from dra_driver.sources.sharing_sim import STATE_FILE, read_sharing_state
+from dra_driver.sharing_backends.sim import STATE_FILE, read_sharing_state
 from e2e.cluster import LocalCluster
 from e2e.helm_cli import Helm
 from e2e.manifests import apply, load

@@ -18,15 +18,16 @@ import grpc
 import structlog
 from grpc_health.v1 import health_pb2_grpc
 
+from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.inventory import node_publication
-from dra_driver.appkit.signals import stop_on_signals
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
 from dra_driver.core.mig_publish import Publication
 from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice, read_boot_id
-from dra_driver.obs.logs import configure_logging
-from dra_driver.sources.select import make_mig_backend, make_sharing_backend, make_source
+from dra_driver.mig_backends.select import make_mig_backend
+from dra_driver.sharing_backends.select import make_sharing_backend
+from dra_driver.sources.select import make_source
 from kubelet_plugin.health import SocketHealthServicer
 from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.registration import RegistrationServicer
@@ -184,7 +185,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         # Serve (every call answers the refusal; no crash loop) but offer no devices to schedule.
         log.error("plugin_refusing", reason=state.refusal, publishing=False)
     elif settings.publish_slices:
-        from controller.publisher import SlicePublisher
+        from dra_driver.appkit.publisher import SlicePublisher
         from dra_driver.kube.slices_api import KubeSliceApi
 
         publisher = SlicePublisher(KubeSliceApi(api_client), settings.driver_name, settings.node_name)
@@ -201,16 +202,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console script entry."""
-    settings = parse(argv)
-    configure_logging(settings.log_level)
-    stop = threading.Event()
-    stop_on_signals(stop)
-    try:
-        return run(settings, stop)
-    except Exception:
-        log.exception("plugin_failed")
-        return 1
+    """Console script entry: parse, configure logs, run until SIGTERM/SIGINT."""
+    return run_daemon("plugin", argv, parse, run)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ given twice.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 import structlog
 
@@ -17,7 +17,7 @@ from dra_driver.core.checkpoint import MigRecord
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigError, MigErrorCode, MigInstance, can_toggle_mig_mode
 from dra_driver.core.mig_publish import DeviceTarget
-from dra_driver.core.prepare import ResolvedDevice
+from dra_driver.core.prepare import ResolvedDevice, carves
 from kubelet_plugin.faults import crash_point
 
 log = structlog.get_logger(__name__)
@@ -122,6 +122,34 @@ class MigOps:
             log.info("compute_instance_created", gi_id=inst.gi_id, ci_id=inst.ci_id, mig_uuid=inst.uuid, reason="adopted")
         log.warning("mig_instance_adopted", device=target.name, gpu=target.gpu.uuid, gi_id=inst.gi_id, mig_uuid=inst.uuid)
         return self.resolved(target, inst)
+
+    def apply_claim(
+        self, provisional: Mapping[str, ResolvedDevice], *, keep: Collection[MigRecord], adopt: bool = False
+    ) -> dict[str, ResolvedDevice]:
+        """Perform a claim's MIG side effects; return its devices resolved for the CDI spec.
+
+        Dynamic placements are carved (``adopt``, a recovered claim: an instance already at the
+        allocated placement and not in ``keep`` is used as it is, because a container may be
+        using it); a full GPU of a dynamic node gets MIG mode off; a static instance is resolved.
+        """
+        out = dict(provisional)
+        for name, dev in provisional.items():
+            t = dev.target
+            if carves(t):
+                found = self.adopt(t, keep=keep) if adopt else None
+                out[name] = found if found is not None else self.carve(t)
+            elif t.dynamic and not t.is_mig:
+                self.ensure_whole(t.gpu)
+            elif t.instance is not None and t.instance.ci_id is not None:
+                out[name] = self.resolved(t, t.instance)
+        return out
+
+    def release_unused(self, held: Iterable[MigRecord], used: Iterable[MigRecord], *, keep: Collection[MigRecord]) -> None:
+        """Destroy the carved instances in ``held`` that neither ``used`` nor ``keep`` names (a recovered claim, re-prepared)."""
+        still = [*used, *keep]
+        for rec in held:
+            if rec.gi_id is not None:
+                self.destroy(rec, keep=still)
 
     def dynamic_instances(self) -> list[MigInstance]:
         """Every MIG instance on the GPUs this node partitions dynamically (their catalog is known)."""

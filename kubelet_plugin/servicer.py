@@ -1,19 +1,20 @@
 """The DRA gRPC services (v1 and v1beta1) that the kubelet calls on the DRA socket.
 
-Translates protobuf messages to ``kubelet_plugin.state`` calls and back. Both versions share
-one implementation; v1beta1 has no ``share_id``. A servicer never raises: an unexpected
-failure becomes each claim's error, so the kubelet always gets an entry per claim.
+Translates protobuf messages to ``kubelet_plugin.state`` calls and back, typed with the
+generated stubs of each version. Both versions share one implementation; v1beta1 has no
+``share_id``. A servicer never raises: an unexpected failure becomes each claim's error, so the
+kubelet always gets an entry per claim.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
+from collections.abc import Iterable
 
 import grpc
 import structlog
 
-from kubelet_plugin.state import ClaimRef, DeviceState, Outcome
+from kubelet_plugin.requests import ClaimRef, Outcome
+from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1 import api_pb2_grpc as v1_grpc
 from proto.dra.v1beta1 import api_pb2 as v1beta1
@@ -21,41 +22,24 @@ from proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 
 log = structlog.get_logger(__name__)
 
+ClaimMessage = v1.Claim | v1beta1.Claim
+PrepareResponse = v1.NodePrepareResourcesResponse | v1beta1.NodePrepareResourcesResponse
+UnprepareResponse = v1.NodeUnprepareResourcesResponse | v1beta1.NodeUnprepareResourcesResponse
 
-def _refs(request: Any) -> list[ClaimRef]:
-    return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in request.claims]
 
-
-def _prepare_response(pb: ModuleType, outcomes: dict[str, Outcome], with_share_id: bool) -> Any:
-    resp = pb.NodePrepareResourcesResponse()
-    for uid, outcome in outcomes.items():
-        entry = resp.claims[uid]
-        if outcome.error:
-            entry.error = outcome.error
-            continue
-        for d in outcome.devices:
-            dev = entry.devices.add(
-                request_names=list(d.request_names),
-                pool_name=d.pool_name,
-                device_name=d.device_name,
-                cdi_device_ids=list(d.cdi_device_ids),
-            )
-            if with_share_id and d.share_id:
-                dev.share_id = d.share_id
-    return resp
+def _refs(claims: Iterable[ClaimMessage]) -> list[ClaimRef]:
+    return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
 
 class _Dra:
-    """The shared implementation of both API versions."""
+    """The shared implementation of both API versions: answers go into the version's response."""
 
-    def __init__(self, state: DeviceState, pb: ModuleType, version: str) -> None:
+    def __init__(self, state: DeviceState, version: str) -> None:
         self._state = state
-        self._pb = pb
         self._version = version
 
-    def prepare(self, request: Any, context: grpc.ServicerContext) -> Any:
-        del context
-        refs = _refs(request)
+    def prepare(self, claims: Iterable[ClaimMessage], resp: PrepareResponse) -> None:
+        refs = _refs(claims)
         try:
             outcomes = self._state.prepare(refs)
         except Exception as err:
@@ -63,50 +47,76 @@ class _Dra:
             outcomes = {r.uid: Outcome(error=f"internal error: {err}") for r in refs}
         for r in refs:  # every requested claim must appear in the answer
             outcomes.setdefault(r.uid, Outcome(error="internal error: claim not handled"))
-        return _prepare_response(self._pb, outcomes, with_share_id=self._version == "v1")
+        for uid, outcome in outcomes.items():
+            entry = resp.claims[uid]
+            if outcome.error:
+                entry.error = outcome.error
+                continue
+            for d in outcome.devices:
+                dev = entry.devices.add(
+                    request_names=list(d.request_names),
+                    pool_name=d.pool_name,
+                    device_name=d.device_name,
+                    cdi_device_ids=list(d.cdi_device_ids),
+                )
+                if isinstance(dev, v1.Device) and d.share_id:
+                    dev.share_id = d.share_id
 
-    def unprepare(self, request: Any, context: grpc.ServicerContext) -> Any:
-        del context
-        refs = _refs(request)
+    def unprepare(self, claims: Iterable[ClaimMessage], resp: UnprepareResponse) -> None:
+        refs = _refs(claims)
         try:
             errors = self._state.unprepare(refs)
         except Exception as err:
             log.exception("unprepare_unexpected_error", api=self._version)
             errors = {r.uid: f"internal error: {err}" for r in refs}
-        resp = self._pb.NodeUnprepareResourcesResponse()
         for r in refs:
             resp.claims[r.uid].error = errors.get(r.uid, "internal error: claim not handled")
-        return resp
 
 
 class DraV1Servicer(v1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
 
     def __init__(self, state: DeviceState) -> None:
-        self._impl = _Dra(state, v1, "v1")
+        self._impl = _Dra(state, "v1")
 
-    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
+    def NodePrepareResources(  # noqa: N802 - gRPC name
+        self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1.NodePrepareResourcesResponse:
         """Prepare the claims' devices."""
-        return self._impl.prepare(request, context)
+        resp = v1.NodePrepareResourcesResponse()
+        self._impl.prepare(request.claims, resp)
+        return resp
 
-    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
+    def NodeUnprepareResources(  # noqa: N802 - gRPC name
+        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1.NodeUnprepareResourcesResponse:
         """Unprepare the claims' devices."""
-        return self._impl.unprepare(request, context)
+        resp = v1.NodeUnprepareResourcesResponse()
+        self._impl.unprepare(request.claims, resp)
+        return resp
 
 
 class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``."""
 
     def __init__(self, state: DeviceState) -> None:
-        self._impl = _Dra(state, v1beta1, "v1beta1")
+        self._impl = _Dra(state, "v1beta1")
 
-    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
+    def NodePrepareResources(  # noqa: N802 - gRPC name
+        self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1beta1.NodePrepareResourcesResponse:
         """Prepare the claims' devices."""
-        return self._impl.prepare(request, context)
+        resp = v1beta1.NodePrepareResourcesResponse()
+        self._impl.prepare(request.claims, resp)
+        return resp
 
-    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
+    def NodeUnprepareResources(  # noqa: N802 - gRPC name
+        self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1beta1.NodeUnprepareResourcesResponse:
         """Unprepare the claims' devices."""
-        return self._impl.unprepare(request, context)
+        resp = v1beta1.NodeUnprepareResourcesResponse()
+        self._impl.unprepare(request.claims, resp)
+        return resp
 
 
 def add_dra_services(server: grpc.Server, state: DeviceState) -> None:

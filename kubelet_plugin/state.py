@@ -1,106 +1,65 @@
-"""Prepare and unprepare: checkpoint → plan → CDI → checkpoint, serialized across processes.
+"""Prepare and unprepare: checkpoint → plan → side effects → CDI → checkpoint, serialized across processes.
 
 Called by the DRA servicers (``kubelet_plugin.servicer``) for NodePrepareResources and
-NodeUnprepareResources. Each claim gets its own outcome: a bad claim is that claim's error
-string and changes nothing; a good one is answered. Deciding is pure
-(``dra_driver.core.prepare.plan_claim``); this module does only the side effects, in an
-order that survives a kill -9 at any point:
+NodeUnprepareResources, and by the plugin's main loop for start-up and the GC pass. Each claim
+gets its own outcome: a bad claim is that claim's error string and changes nothing; a good one
+is answered; an unexpected exception in one claim rolls back that claim only. Deciding is pure
+(``dra_driver.core.prepare``); the side effects live beside this module, one concern each:
+
+* ``kubelet_plugin.requests``: the request's refs checked and claims read under one deadline,
+  before the node-wide lock (``dra_driver.files.lock.NodeLock``) is taken;
+* ``kubelet_plugin.recovery``: the checkpoint loaded for each call and at start-up, rebuilt
+  without destroying anything when it cannot be trusted;
+* ``kubelet_plugin.mig_ops`` and ``kubelet_plugin.sharing_ops``: MIG instances and MIG mode,
+  MPS daemons and time slices;
+* ``kubelet_plugin.gc``: which claims whose ResourceClaim is gone to unprepare.
+
+Prepare's order survives a kill -9 at any point:
 
 1. ``PrepareStarted`` is checkpointed, with the MIG instances it is about to carve, before
    any side effect;
 2. dynamic MIG: MIG mode on if needed, the GPU instance at exactly the allocated placement,
-   its full-size compute instance (``kubelet_plugin.mig_ops``);
+   its full-size compute instance; sharing: MPS daemons and time slices;
 3. the CDI spec is written atomically;
 4. ``PrepareCompleted`` with the answer (and the carved instances' ids) is checkpointed.
 
 A repeat for a completed claim returns the stored answer and re-creates a missing CDI file
 (and, should its MIG instance have vanished, carves it again); a repeat for a started claim
 rolls the partial work back — whatever of its intended instances exists is destroyed — and
-prepares afresh. Unprepare destroys compute then GPU instance, turns MIG mode off when the
-GPU holds nothing and allows it, removes the CDI file, then forgets the claim. At start-up
-(dynamic MIG) every instance not owned by a completed claim is destroyed; a periodic pass
-(``collect_garbage``) unprepares claims whose ResourceClaim is gone.
-
-Outside input is bounded and isolated: the request's UIDs and names are checked (a UID twice
-in one request is an error for that UID), claims are read concurrently under one deadline
-(``LOOKUP_BUDGET_S``, below the kubelet's 45 s) with a clear error for each claim not read in
-time, and claims are decoded and their configs validated before the node-wide lock is taken.
-Every claim gets its own answer: an unexpected exception in one claim rolls back that claim
-only.
-
-Fail closed when the checkpoint cannot be trusted (the newest generation is torn, deleted,
-unreadable; see ``dra_driver.files.checkpoint_store``): nothing is destroyed on its word.
-Claims are rebuilt from what remains — the previous generation, every CDI spec on disk (a
-spec names the MIG devices it hands out), the MIG instances — and marked ``recovered``: a
-retry adopts what exists instead of rolling it back, the start-up sweep is skipped, and only
-a claim's own unprepare (or the GC once its ResourceClaim is gone) removes its resources. An
-Event says what was rebuilt and which MIG instances no claim is known to own (kept). A
-checkpoint written by a newer dra-gpu makes the plugin refuse every call with a clear error
-instead of starting empty.
+prepares afresh, unless the claim was ``recovered`` after a lost checkpoint: then what exists
+is adopted, never destroyed. Unprepare undoes sharing, destroys compute then GPU instance, turns
+MIG mode off when the GPU holds nothing and allows it, removes the CDI file, then forgets the
+claim.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
-from dra_driver.core.checkpoint import Checkpoint, CheckpointTooNew, ClaimEntry, ClaimState, MigRecord, PreparedDevice
-from dra_driver.core.claims import ClaimAllocation, ClaimError, parse_claim, validate_claim_ref, validate_claim_uid
-from dra_driver.core.config import ConfigError, TimeSliceInterval, resolve_configs
+from dra_driver.core.checkpoint import Checkpoint, CheckpointTooNew, ClaimEntry, ClaimState
+from dra_driver.core.claims import ClaimAllocation, ClaimError, parse_claim
+from dra_driver.core.config import ConfigError, resolve_configs
 from dra_driver.core.gpu import GpuInfo
-from dra_driver.core.mig import MigError, MigInstance, MigStrategy
+from dra_driver.core.mig import MigError, MigStrategy
 from dra_driver.core.mig_publish import DeviceTarget, Publication, full_gpu_states, publish_node
-from dra_driver.core.prepare import ClaimPlan, ResolvedDevice, plan_claim, spec_device_uuids
+from dra_driver.core.prepare import ClaimPlan, ResolvedDevice, carves, mig_intent, plan_claim, provisional_devices
 from dra_driver.core.sharing import SharingBackend
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
-from dra_driver.files.lock import LockTimeout, file_lock
+from dra_driver.files.lock import LockTimeout, NodeLock
+from kubelet_plugin import gc
 from kubelet_plugin.faults import crash_point
-from kubelet_plugin.mig_ops import MigOps, owned
+from kubelet_plugin.mig_ops import MigOps
+from kubelet_plugin.recovery import Recovery
+from kubelet_plugin.requests import LOOKUP_BUDGET_S, ClaimLookups, ClaimReader, ClaimRef, Outcome, check_refs
+from kubelet_plugin.sharing_ops import SharingOps
 
 log = structlog.get_logger(__name__)
-
-LOOKUP_BUDGET_S = 25.0
-"""All claim lookups of one call share this deadline: with the lock wait (10 s) it stays below
-the kubelet's 45 s, so every claim gets an answer of its own."""
-LOOKUP_WORKERS = 16
-"""Concurrent claim lookups per plugin (bounded: a hung API server cannot pile up threads)."""
-
-
-class ClaimReader(Protocol):
-    """Reads a ResourceClaim as API JSON; raises an exception whose text explains a failure.
-
-    When the claim does not exist, the exception has a true ``not_found`` attribute (the
-    garbage collection pass relies on it to tell "gone" from "could not ask").
-    """
-
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        """The claim object."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
-    """A claim as the kubelet names it."""
-
-    namespace: str
-    uid: str
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """One claim's answer: devices, or an error (never both)."""
-
-    devices: tuple[PreparedDevice, ...] = ()
-    error: str = ""
 
 
 class DeviceState:
@@ -131,19 +90,18 @@ class DeviceState:
             publication = publish_node(full_gpu_states(gpus or []), MigStrategy.NONE)
         self.targets: Mapping[str, DeviceTarget] = publication.targets
         self._mig = mig
-        self._sharing = sharing
+        self._sharing = SharingOps(sharing)
         self._mps_root = mps_root or checkpoints.dir / "mps"
         self._gone: set[str] = set()  # claims found gone by the previous garbage collection pass
         self._claims = claims
         self._cdi = cdi
         self._store = checkpoints
-        self._lock_path = lock_path
         self._device_nodes = device_nodes
         self._toolkit = toolkit_devices
-        self._notify = notify
+        self._lock = NodeLock(lock_path)
         self._lock_timeout = lock_timeout_s
-        self._mutex = threading.Lock()
-        self._lookups = ThreadPoolExecutor(max_workers=LOOKUP_WORKERS, thread_name_prefix="claim-lookup")
+        self._lookups = ClaimLookups(claims)
+        self._recovery = Recovery(cdi=cdi, store=checkpoints, mig=mig, sharing=self._sharing, targets=self.targets, notify=notify)
         self._refusal: str | None = None
         self.lookup_budget_s = LOOKUP_BUDGET_S
 
@@ -152,10 +110,8 @@ class DeviceState:
         """Why this plugin refuses every call (a checkpoint from a newer dra-gpu), or None."""
         return self._refusal
 
-    # -- start-up ---------------------------------------------------------------------------
-
     def startup(self) -> None:
-        """Load the checkpoint once at start: recover, apply a reboot, handle orphaned CDI files.
+        """Load the checkpoint once at start and recover (``kubelet_plugin.recovery``).
 
         Never raises for any checkpoint state (no crash loop): a newer binary's checkpoint puts
         the plugin in refusing mode; an untrusted one is rebuilt without destroying anything.
@@ -164,184 +120,49 @@ class DeviceState:
         self._store.ensure_dir()
         with self._locked():
             try:
-                result = self._store.load()
+                self._recovery.at_start()
             except CheckpointTooNew as err:
                 self._refuse(str(err))
-                return
-            for n in result.notices:
-                self._tell(n)
-            cp = result.checkpoint
-            untrusted = not result.trusted or (result.fresh and bool(self._cdi.claim_uids()))
-            if untrusted:
-                cp = self._rebuild(cp)
-            else:
-                for uid in result.dropped_claims:
-                    self._cdi.remove(uid)
-                # A CDI file with no entry in a trusted checkpoint is left by a reboot that
-                # dropped the claim; nothing references it, so it goes.
-                for uid in self._cdi.claim_uids() - set(cp.claims):
-                    self._cdi.remove(uid)
-                    log.info("cdi_orphan_removed", claim_uid=uid)
-            if untrusted or result.notices or result.dropped_claims:
-                try:
-                    self._store.save(cp)
-                except OSError as err:  # calls will fail per claim and say so; the daemon stays up
-                    log.error("checkpoint_save_failed", error=str(err))
-            self._recover_devices(cp, sweep=not untrusted)
 
     def _refuse(self, why: str) -> None:
         self._refusal = f"this node's checkpoint cannot be used: {why}"
-        self._tell(Notice("CheckpointTooNew", self._refusal))
-
-    def _recover_devices(self, cp: Checkpoint, *, sweep: bool) -> None:
-        """At start: destroy MIG instances no claim owns (trusted state only); restart MPS daemons that died."""
-        if sweep and self._mig is not None and any(t.dynamic for t in self.targets.values()):
-            for inst in self._mig.sweep(_owned_by_others(cp, "")):
-                log.warning("mig_leftover_destroyed", gpu=inst.parent_uuid, gi_id=inst.gi_id, profile=inst.profile_name)
-        if self._sharing is not None:
-            for uid, entry in cp.claims.items():
-                if entry.state is not ClaimState.PREPARE_COMPLETED:
-                    continue
-                for daemon in entry.mps_daemons:
-                    if not self._sharing.mps_running(daemon.daemon_id):
-                        self._sharing.start_mps(daemon)
-                        log.warning("mps_restarted", claim_uid=uid, daemon=daemon.daemon_id)
-
-    def _rebuild(self, cp: Checkpoint) -> Checkpoint:
-        """Rebuild claims after the newest checkpoint generation was lost; destroy nothing.
-
-        Started entries become ``recovered`` (their prepare may have finished and been answered);
-        every CDI spec without an entry becomes a recovered entry owning the MIG instances its
-        spec hands out. MIG instances nobody is known to own are kept and reported.
-        """
-        live = self._mig.dynamic_instances() if self._mig is not None else []
-        on_disk = self._cdi.claim_uids()
-        finished = sorted(uid for uid, entry in cp.claims.items() if self._unprepared(uid, entry, live, on_disk))
-        claims = {uid: entry for uid, entry in cp.claims.items() if uid not in finished}
-        from_previous = len(claims)
-        for uid, entry in claims.items():
-            if entry.state is ClaimState.PREPARE_STARTED and not entry.recovered:
-                claims[uid] = replace(entry, recovered=True)
-        for uid in finished:
-            log.warning("claim_unprepared_before_loss_forgotten", claim_uid=uid, namespace=cp.claims[uid].namespace)
-        by_uuid = {inst.uuid: inst for inst in live if inst.uuid}
-        adopted: list[str] = []
-        for uid in sorted(on_disk - set(claims)):
-            try:
-                validate_claim_uid(uid)
-            except ClaimError:
-                continue
-            spec = self._cdi.read(uid)
-            records = tuple(
-                self._mig.record_of(by_uuid[u]) for u in sorted(spec_device_uuids(spec or {})) if u in by_uuid and self._mig
-            )
-            claims[uid] = ClaimEntry(ClaimState.PREPARE_STARTED, "", "", cdi_spec=spec, mig_intents=records, recovered=True)
-            adopted.append(uid)
-            log.warning("claim_adopted_from_cdi_spec", claim_uid=uid, mig=[r.mig_uuid for r in records])
-        held = [r for e in claims.values() for r in (*e.mig_records(), *(d.mig for d in e.devices if d.mig is not None))]
-        owned_places = {(r.parent_uuid, r.profile_id, r.start) for e in claims.values() for r in e.mig_records()}
-        unowned = [i for i in live if not owned(i, held) and (i.parent_uuid, i.profile_id, i.placement.start) not in owned_places]
-        kept = ", ".join(f"{i.parent_uuid}/gi{i.gi_id} {i.profile_name}@{i.placement.start}" for i in unowned)
-        message = (
-            f"checkpoint rebuilt without destroying anything: {from_previous} claim(s) from the previous generation, "
-            f"{len(finished)} of its claim(s) found unprepared since and forgotten ({', '.join(finished) or 'none'}), "
-            f"{len(adopted)} adopted from CDI specs ({', '.join(adopted) or 'none'}); "
-            f"{len(unowned)} MIG instance(s) no claim is known to own kept in place"
-            + (f" ({kept})" if unowned else "")
-            + "; each is removed by its claim's unprepare, or by an administrator"
-        )
-        self._tell(Notice("CheckpointRebuilt", message))
-        return replace(cp, claims=claims)
-
-    def _unprepared(self, uid: str, entry: ClaimEntry, live: list[MigInstance], on_disk: set[str]) -> bool:
-        """True for a completed claim of an older generation that was unprepared since: nothing of it is left.
-
-        Unprepare undoes sharing and destroys MIG instances before it removes the CDI spec, and a
-        completed claim always had its spec: a claim with no spec, no live MIG instance (by MIG
-        UUID: its GI id may be reused by now) and no running MPS daemon holds nothing a container
-        could use. Keeping it would make its stale records shield, or later destroy, what other
-        claims carve.
-        """
-        if entry.state is not ClaimState.PREPARE_COMPLETED or uid in on_disk:
-            return False
-        if any(owned(inst, entry.mig_records()) for inst in live):
-            return False
-        return self._sharing is None or not any(self._sharing.mps_running(d.daemon_id) for d in entry.mps_daemons)
-
-    def _tell(self, notice: Notice) -> None:
-        (log.error if notice.warning else log.info)("checkpoint_notice", reason=notice.reason, detail=notice.message)
-        if self._notify is not None:
-            try:
-                self._notify(notice)
-            except Exception as err:  # noqa: BLE001 - an Event is best effort; the log line stays
-                log.warning("event_failed", reason=notice.reason, error=str(err))
+        self._recovery.tell(Notice("CheckpointTooNew", self._refusal))
 
     def _load(self) -> Checkpoint:
-        """The checkpoint for a call (lock held); an untrusted one is rebuilt and saved first."""
+        """The checkpoint for a call (lock held); refusing mode when it is too new."""
         try:
-            result = self._store.load()
+            return self._recovery.load()
         except CheckpointTooNew as err:
             self._refuse(str(err))
             raise
-        for n in result.notices:
-            self._tell(n)
-        cp = result.checkpoint
-        if not result.trusted:
-            cp = self._rebuild(cp)
-            self._store.save(cp)
-        return cp
 
-    def _locked(self) -> Any:
-        return _Locked(self._mutex, self._lock_path, self._lock_timeout)
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock.held(self._lock_timeout):
+            yield
 
-    # -- request checks and claim lookups -----------------------------------------------------
+    # -- prepare ------------------------------------------------------------------------------
 
-    def _check_refs(
-        self, refs: list[ClaimRef], out: dict[str, Any], error: Callable[[str], Any], *, names: bool = True
-    ) -> list[ClaimRef]:
-        """The refs that may proceed; the others get ``error(message)`` in ``out``.
-
-        A UID that appears twice is refused for every entry (which name is the claim's cannot be
-        told, and the checkpoint must record the right one). ``names``: check namespace and name
-        too (prepare reads the claim by them; unprepare acts by UID alone).
-        """
-        seen: dict[str, int] = {}
-        for ref in refs:
-            seen[ref.uid] = seen.get(ref.uid, 0) + 1
-        valid: list[ClaimRef] = []
-        for ref in refs:
-            if seen[ref.uid] > 1:
-                out[ref.uid] = error(f"claim UID {ref.uid!r} appears {seen[ref.uid]} times in one request; refusing all of them")
-                continue
-            try:
-                validate_claim_uid(ref.uid)
-                if names:
-                    validate_claim_ref(ref.namespace, ref.name)
-            except ClaimError as err:
-                out[ref.uid] = error(str(err))
-                continue
-            valid.append(ref)
-        return valid
-
-    def _fetch(self, refs: list[ClaimRef], out: dict[str, Outcome]) -> dict[str, dict[str, Any]]:
-        """Read the claims concurrently under one deadline; each failure is that claim's error."""
-        futures: dict[str, Future[dict[str, Any]]] = {
-            ref.uid: self._lookups.submit(self._claims.get_claim, ref.namespace, ref.name) for ref in refs
-        }
-        wait_futures(futures.values(), timeout=self.lookup_budget_s)
-        fetched: dict[str, dict[str, Any]] = {}
-        for ref in refs:
-            fut = futures[ref.uid]
-            what = f"reading claim {ref.namespace}/{ref.name}"
-            if not fut.done():
-                fut.cancel()
-                out[ref.uid] = Outcome(error=f"{what}: no answer from the API server within {self.lookup_budget_s:.0f}s")
-                continue
-            try:
-                fetched[ref.uid] = fut.result()
-            except Exception as err:  # noqa: BLE001 - any lookup failure is this claim's error
-                out[ref.uid] = Outcome(error=f"{what}: {err}")
-        return fetched
+    def prepare(self, refs: list[ClaimRef]) -> dict[str, Outcome]:
+        """Prepare every claim; the result has an entry for each requested claim UID."""
+        out: dict[str, Outcome] = {}
+        if self._refusal is not None:
+            return {r.uid: Outcome(error=self._refusal) for r in refs}
+        valid = check_refs(refs, out, lambda msg: Outcome(error=msg))
+        fetched = self._lookups.fetch(valid, out, self.lookup_budget_s)
+        rejected = {ref.uid: self._precheck(ref, fetched[ref.uid]) for ref in valid if ref.uid in fetched}
+        pending = [r for r in valid if r.uid in fetched]
+        if not pending:
+            return out
+        try:
+            with self._locked():
+                cp = self._load()
+                for ref in pending:
+                    cp, out[ref.uid] = self._prepare_isolated(cp, ref, fetched[ref.uid], rejected[ref.uid])
+        except (LockTimeout, OSError, CheckpointTooNew) as err:
+            for ref in pending:
+                out.setdefault(ref.uid, Outcome(error=f"preparing: {err}"))
+        return out
 
     def _precheck(self, ref: ClaimRef, obj: dict[str, Any]) -> str:
         """Decode the claim and validate its configs outside the lock; the error, or ""."""
@@ -367,29 +188,6 @@ class DeviceState:
             namespace=ref.namespace,
             name=ref.name,
         )
-
-    # -- prepare ------------------------------------------------------------------------------
-
-    def prepare(self, refs: list[ClaimRef]) -> dict[str, Outcome]:
-        """Prepare every claim; the result has an entry for each requested claim UID."""
-        out: dict[str, Outcome] = {}
-        if self._refusal is not None:
-            return {r.uid: Outcome(error=self._refusal) for r in refs}
-        valid = self._check_refs(refs, out, lambda msg: Outcome(error=msg))
-        fetched = self._fetch(valid, out)
-        rejected = {ref.uid: self._precheck(ref, fetched[ref.uid]) for ref in valid if ref.uid in fetched}
-        pending = [r for r in valid if r.uid in fetched]
-        if not pending:
-            return out
-        try:
-            with self._locked():
-                cp = self._load()
-                for ref in pending:
-                    cp, out[ref.uid] = self._prepare_isolated(cp, ref, fetched[ref.uid], rejected[ref.uid])
-        except (LockTimeout, OSError, CheckpointTooNew) as err:
-            for ref in pending:
-                out.setdefault(ref.uid, Outcome(error=f"preparing: {err}"))
-        return out
 
     def _prepare_isolated(self, cp: Checkpoint, ref: ClaimRef, obj: dict[str, Any], rejected: str) -> tuple[Checkpoint, Outcome]:
         """``_prepare_one``, with an unexpected exception rolling back this claim only."""
@@ -426,13 +224,13 @@ class DeviceState:
             bound.warning("partial_prepare_rolled_back")
         try:
             claim = self._parse(ref, obj)
-            provisional = self._provisional(claim)
+            provisional = provisional_devices(claim, self.targets, mig_backend=self._mig is not None)
             first_plan = self._plan(claim, provisional, cp)  # every check, before any side effect
-            self._check_sharing_possible(first_plan)
+            self._sharing.check_possible(first_plan)
         except (ClaimError, ConfigError) as err:
             bound.warning("claim_rejected", error=str(err))
             return cp, Outcome(error=str(err))
-        intents = tuple(_intent(t) for t in dict.fromkeys(d.target for d in provisional.values()) if _carves(t))
+        intents = tuple(mig_intent(t) for t in dict.fromkeys(d.target for d in provisional.values()) if carves(t))
         started = ClaimEntry(
             ClaimState.PREPARE_STARTED,
             ref.namespace,
@@ -446,7 +244,11 @@ class DeviceState:
         self._store.save(cp)
         crash_point("after_prepare_started")
         try:
-            resolved = self._apply(provisional, cp, ref.uid, adopt=recovered)
+            resolved = (
+                self._mig.apply_claim(provisional, keep=cp.carved_by_others(ref.uid), adopt=recovered)
+                if self._mig is not None
+                else dict(provisional)
+            )
             plan = self._plan(claim, resolved, cp)
             self._apply_sharing(plan)
             self._cdi.write(ref.uid, plan.cdi_spec)
@@ -460,8 +262,9 @@ class DeviceState:
                 time_slices=plan.time_slices,
                 mps_daemons=plan.mps_daemons,
             )
-            if recovered:
-                self._release_unused(started, done, cp, ref.uid)
+            if recovered and self._mig is not None:  # what it held and no longer uses goes
+                used = [d.mig for d in done.devices if d.mig is not None and d.mig.gi_id is not None]
+                self._mig.release_unused(started.mig_intents, used, keep=cp.carved_by_others(ref.uid))
             cp = cp.with_claim(ref.uid, done)
             self._store.save(cp)
             crash_point("after_prepare_completed")
@@ -489,100 +292,8 @@ class DeviceState:
         bound.info("claim_already_prepared", devices=[d.device_name for d in entry.devices])
         return Outcome(devices=entry.devices)
 
-    def _release_unused(self, started: ClaimEntry, done: ClaimEntry, cp: Checkpoint, uid: str) -> None:
-        """A recovered claim, prepared again: destroy the instances it held that its devices no longer use."""
-        if self._mig is None:
-            return
-        keep = [d.mig for d in done.devices if d.mig is not None and d.mig.gi_id is not None] + _owned_by_others(cp, uid)
-        for rec in started.mig_intents:
-            if rec.gi_id is not None:
-                self._mig.destroy(rec, keep=keep)
-
-    def _provisional(self, claim: ClaimAllocation) -> dict[str, ResolvedDevice]:
-        """The claim's devices as they resolve before any side effect (dynamic MIG: not carved yet)."""
-        out: dict[str, ResolvedDevice] = {}
-        for r in claim.results:
-            target = self.targets[r.device]
-            if target.dynamic and target.is_mig and (r.admin_access or r.share_id):
-                raise ClaimError(
-                    f"device {r.device}: admin access and shared allocation of a dynamic MIG slice are not supported"
-                )
-            if target.is_mig and (target.dynamic or target.instance is None) and self._mig is None:
-                raise ClaimError(f"device {r.device} is a MIG device, but this plugin runs without a MIG backend")
-            rec = None
-            if target.instance is not None:  # static MIG: the instance exists
-                rec = MigRecord(
-                    target.gpu.uuid,
-                    target.instance.profile_id,
-                    target.instance.profile_name,
-                    target.instance.placement.start,
-                    target.instance.placement.size,
-                    target.instance.gi_id,
-                    target.instance.ci_id,
-                    target.instance.uuid,
-                    carved=False,
-                )
-            out[r.device] = ResolvedDevice(target=target, mig=None if rec is None else rec)
-        return out
-
-    def _apply(
-        self, provisional: dict[str, ResolvedDevice], cp: Checkpoint, uid: str, *, adopt: bool = False
-    ) -> dict[str, ResolvedDevice]:
-        """Perform the claim's MIG side effects; return the devices resolved for the CDI spec.
-
-        ``adopt`` (a recovered claim): an instance already at the allocated placement is used
-        as it is, not carved again, because a container may be using it.
-        """
-        out = dict(provisional)
-        for name, dev in provisional.items():
-            t = dev.target
-            if self._mig is None:
-                continue
-            if _carves(t):
-                found = self._mig.adopt(t, keep=_owned_by_others(cp, uid)) if adopt else None
-                out[name] = found if found is not None else self._mig.carve(t)
-            elif t.dynamic and not t.is_mig:
-                self._mig.ensure_whole(t.gpu)
-            elif t.instance is not None and t.instance.ci_id is not None:
-                out[name] = self._mig.resolved(t, t.instance)
-        return out
-
-    def _check_sharing_possible(self, plan: ClaimPlan) -> None:
-        if (plan.time_slices or plan.mps_daemons) and self._sharing is None:
-            raise ClaimError("the claim asks for GPU sharing, but this plugin runs without a sharing backend")
-
     def _apply_sharing(self, plan: ClaimPlan) -> None:
-        """Start the plan's MPS daemons and set its time slices (both idempotent)."""
-        if self._sharing is None:
-            return
-        for daemon in plan.mps_daemons:
-            self._sharing.start_mps(daemon)
-            log.info("mps_ready", daemon=daemon.daemon_id, shared=daemon.shared)
-            crash_point("after_mps_started")
-        for ts in plan.time_slices:
-            self._sharing.set_time_slice(ts.gpu_uuid, ts.interval)
-            log.info("time_slice_applied", gpu=ts.gpu_uuid, interval=ts.interval.value)
-            crash_point("after_time_slice_set")
-
-    def _undo_sharing(self, cp: Checkpoint, uid: str, entry: ClaimEntry) -> None:
-        """Stop the claim's MPS daemons and reset its time slices, unless another claim still uses them."""
-        if self._sharing is None:
-            return
-        others = [e for u, e in cp.claims.items() if u != uid]
-        in_use = {d.daemon_id for e in others for d in e.mps_daemons}
-        for daemon in entry.mps_daemons:
-            if daemon.daemon_id in in_use:
-                continue
-            self._sharing.stop_mps(daemon)
-            log.info("mps_stopped", claim_uid=uid, daemon=daemon.daemon_id)
-            crash_point("after_unprepare_mps_stopped")
-        sliced = {t.gpu_uuid for e in others for t in e.time_slices}
-        for ts in entry.time_slices:
-            if ts.gpu_uuid in sliced:
-                continue
-            self._sharing.set_time_slice(ts.gpu_uuid, TimeSliceInterval.DEFAULT)
-            log.info("time_slice_reset", claim_uid=uid, gpu=ts.gpu_uuid)
-            crash_point("after_unprepare_time_slice_reset")
+        self._sharing.apply(plan)
 
     def _plan(self, claim: ClaimAllocation, devices: dict[str, ResolvedDevice], cp: Checkpoint) -> ClaimPlan:
         return plan_claim(
@@ -597,16 +308,16 @@ class DeviceState:
         )
 
     def _rollback(self, cp: Checkpoint, uid: str) -> Checkpoint:
-        """Undo whatever a claim's preparation did — MIG instances, MIG mode, CDI file — then forget it.
+        """Undo whatever a claim's preparation did — sharing, MIG instances, MIG mode, CDI file — then forget it.
 
         Raises MigError (the claim stays checkpointed) when an instance cannot be destroyed,
         e.g. a process still uses it; the kubelet retries.
         """
         entry = cp.claims.get(uid)
         if entry is not None:
-            self._undo_sharing(cp, uid, entry)
+            self._sharing.undo(cp, uid, entry)
         if entry is not None and self._mig is not None:
-            keep = _owned_by_others(cp, uid)
+            keep = cp.carved_by_others(uid)
             touched: dict[str, None] = {}
             for rec in entry.mig_records():
                 self._mig.destroy(rec, keep=keep)
@@ -626,7 +337,7 @@ class DeviceState:
         out: dict[str, str] = {}
         if self._refusal is not None:
             return {r.uid: self._refusal for r in refs}
-        valid = self._check_refs(refs, out, str, names=False)
+        valid = check_refs(refs, out, str, names=False)
         if not valid:
             return out
         try:
@@ -653,41 +364,19 @@ class DeviceState:
         return out
 
     def collect_garbage(self) -> list[str]:
-        """Unprepare claims whose ResourceClaim is gone (deleted, or replaced by one with another UID).
+        """Unprepare claims whose ResourceClaim is gone (``kubelet_plugin.gc`` decides); the UIDs unprepared.
 
-        A PrepareStarted claim is rolled back as soon as its claim is gone: no pod can be using
-        it. A PrepareCompleted (or recovered) one only when it was found gone by the previous pass as well, so
-        a claim the kubelet is about to unprepare itself is left to it. Returns the UIDs
-        unprepared. Lookups happen outside the lock; a failed lookup decides nothing.
+        Lookups happen outside the lock; a failed lookup decides nothing.
         """
         if self._refusal is not None:
             return []
         with self._locked():
             entries = dict(self._load().claims)
-        gone: set[str] = set()
-        for uid, seen in entries.items():
-            if not seen.name:  # adopted from a CDI spec: only the kubelet's unprepare (which names it) removes it
-                continue
-            try:
-                obj = self._claims.get_claim(seen.namespace, seen.name)
-            except Exception as err:  # noqa: BLE001 - only a definite "not found" counts
-                if getattr(err, "not_found", False):
-                    gone.add(uid)
-                else:
-                    log.info("gc_lookup_failed", claim_uid=uid, error=str(err))
-                continue
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
-            if not isinstance(meta, dict) or meta.get("uid") != uid:
-                gone.add(uid)
+        gone = gc.gone_claims(entries, self._claims)
         done: list[str] = []
         with self._locked():
             cp = self._load()
-            for uid in sorted(gone):
-                current = cp.claims.get(uid)
-                if current is None:
-                    continue
-                if (current.state is ClaimState.PREPARE_COMPLETED or current.recovered) and uid not in self._gone:
-                    continue
+            for uid, current in gc.due(cp, gone, self._gone):
                 try:
                     cp = self._rollback(cp, uid)
                     done.append(uid)
@@ -707,51 +396,3 @@ class DeviceState:
         """The checkpoint's claims (for status and tests)."""
         with self._locked():
             return self._store.load().checkpoint.claims
-
-
-def _owned_by_others(cp: Checkpoint, uid: str) -> list[MigRecord]:
-    """The MIG instances claims other than ``uid`` have carved or hold after recovery (records with GI ids)."""
-    return [
-        r
-        for other_uid, other in cp.claims.items()
-        if other_uid != uid and (other.state is ClaimState.PREPARE_COMPLETED or other.recovered)
-        for r in other.mig_records()
-        if r.gi_id is not None
-    ]
-
-
-def _carves(t: DeviceTarget) -> bool:
-    """True for a device whose preparation creates a MIG instance."""
-    return t.dynamic and t.is_mig
-
-
-def _intent(t: DeviceTarget) -> MigRecord:
-    if t.profile is None or t.placement is None:
-        raise ValueError(f"device {t.name} is not a MIG placement")
-    return MigRecord(t.gpu.uuid, t.profile.profile_id, t.profile.name, t.placement.start, t.placement.size)
-
-
-class _Locked:
-    """The in-process mutex and the cross-process flock, taken together."""
-
-    def __init__(self, mutex: threading.Lock, path: Path, timeout_s: float) -> None:
-        self._mutex = mutex
-        self._path = path
-        self._timeout = timeout_s
-        self._cm: Any = None
-
-    def __enter__(self) -> None:
-        if not self._mutex.acquire(timeout=self._timeout):
-            raise LockTimeout(f"timed out after {self._timeout:.0f}s waiting for the prepare lock")
-        try:
-            self._cm = file_lock(self._path, self._timeout)
-            self._cm.__enter__()
-        except BaseException:
-            self._mutex.release()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self._cm.__exit__(*exc)
-        finally:
-            self._mutex.release()

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import structlog
 
+from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.flags import env
-from dra_driver.appkit.signals import stop_on_signals
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
-from dra_driver.obs.logs import configure_logging
 from webhook.admission import VALIDATE_PATH
 from webhook.server import TlsFiles, WebhookServer
 
@@ -110,22 +109,8 @@ def serve(settings: WebhookSettings, stop: threading.Event) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console script entry: parse, configure logs, serve until SIGTERM/SIGINT."""
-    try:
-        settings = parse(argv)
-    except SystemExit as exc:  # argparse: --help (0) or a bad flag (2)
-        return exc.code if isinstance(exc.code, int) else 2
-    configure_logging(settings.log_level)
-    structlog.contextvars.bind_contextvars(driver=settings.driver_name)
-    stop = threading.Event()
-    stop_on_signals(stop)
-    try:
-        return serve(settings, stop)
-    except Exception:
-        log.exception("webhook_failed")
-        return 1
-    finally:
-        log.info("webhook_stopped")
+    """Console script entry: parse, configure logs, run until SIGTERM/SIGINT."""
+    return run_daemon("webhook", argv, parse, serve, lambda s: {"driver": s.driver_name})
 
 
 if __name__ == "__main__":

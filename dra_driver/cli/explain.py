@@ -8,10 +8,10 @@ built from the template when none exists yet. Offline: the manifests (``-f``; a 
 templates come from the same file), ResourceSlices (``--slices``, e.g. ``dra-gpu inventory -o
 yaml`` output, several nodes concatenated), DeviceClasses (``--classes``; without it each driver
 in the slices gets a class of its own name that selects its devices) and already-allocated claims
-(``--allocated``). Either way the allocation simulator from the core does the rest.
+(``--allocated``). Either way the scheduler simulator (``dra_driver.schedsim``) does the rest.
 
 :func:`explain_objects` is the whole offline path on parsed documents. Every object is checked
-on the way in (``dra_driver.core.allocator.validate``): a malformed file or object, or one past
+on the way in (``dra_driver.schedsim.allocator.validate``): a malformed file or object, or one past
 the API's limits, is an :class:`InputError` naming the object and field, never a crash.
 """
 
@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from dra_driver.core.allocator import Explanation, InvalidObject, explain
-from dra_driver.core.allocator.validate import MAX_POD_CLAIMS, Reader, claim_spec, show
+from dra_driver.schedsim.allocator import Explanation, InvalidObject, explain
+from dra_driver.schedsim.allocator.objects import claim_spec
+from dra_driver.schedsim.allocator.validate import MAX_POD_CLAIMS, Reader, show
 
 if TYPE_CHECKING:
     from dra_driver.kube.explain_api import KubeExplainApi
@@ -328,7 +329,7 @@ def explain_objects(
     ``manifests``: pods, claims and templates; ``slices``: the ResourceSlices; ``classes``: the
     DeviceClasses (None: one per driver, see :func:`default_classes`); ``allocated``: claims already
     allocated. Documents of other kinds are ignored. Raises :class:`InputError` for anything
-    malformed or past the bounds of ``dra_driver.core.allocator.validate``, naming it.
+    malformed or past the bounds of ``dra_driver.schedsim.allocator.validate``, naming it.
     """
     try:
         slice_objs = _of_kind(slices, "ResourceSlice")

@@ -18,8 +18,9 @@ from dra_driver.cli.explain import add_explain_parser
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
 from dra_driver.core.mig import MigError, MigStrategy
 from dra_driver.core.slices import slice_objects, split_pool
+from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import PROFILES
-from dra_driver.sources.select import make_mig_backend, make_source
+from dra_driver.sources.select import make_source
 
 
 def inventory_slices(

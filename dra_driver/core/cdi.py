@@ -15,7 +15,8 @@ from typing import Any
 CDI_VERSION = "0.5.0"
 CDI_CLASS = "claim"
 SPEC_SUFFIX = ".json"
-TMP_PREFIX = ".dra-gpu-tmp-"
+# The CDI kind of the NVIDIA Container Toolkit's own spec (``nvidia.com/gpu=<uuid>`` device ids).
+TOOLKIT_CDI_KIND = "nvidia.com/gpu"
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 _ENV_UNSAFE = re.compile(r"[^A-Z0-9]")

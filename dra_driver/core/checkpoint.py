@@ -234,6 +234,19 @@ class Checkpoint:
         """A copy without ``uid``."""
         return replace(self, claims={k: v for k, v in self.claims.items() if k != uid})
 
+    def carved_by_others(self, uid: str = "") -> list[MigRecord]:
+        """The MIG instances claims other than ``uid`` have carved or hold after recovery (records with GI ids).
+
+        These are never destroyed on ``uid``'s behalf; with no ``uid``, every claim's.
+        """
+        return [
+            r
+            for other_uid, other in self.claims.items()
+            if other_uid != uid and (other.state is ClaimState.PREPARE_COMPLETED or other.recovered)
+            for r in other.mig_records()
+            if r.gi_id is not None
+        ]
+
 
 def _canonical(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()

@@ -23,6 +23,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from dra_driver.core.quantity import QuantityError, parse_quantity
+
 API_GROUP = "resource.dra-gpu.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
 KIND_GPU_CONFIG = "GpuConfig"
@@ -226,10 +228,6 @@ def parse_byte_quantity(value: Any, path: str) -> int:
     JSON integer); rejects fractions of a byte (``"100m"``, ``"1.5"``), zero, negative values
     and values beyond int64.
     """
-    # The CEL package's parser mirrors apimachinery's; imported here so that decoding configs
-    # without quantities never loads the CEL environment.
-    from dra_driver.core.cel.quantity import QuantityError, parse_quantity
-
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ConfigError(path, f"must be a quantity such as '4Gi', got {_type_name(value)}")
     if isinstance(value, int) and not -MAX_BYTES <= value <= MAX_BYTES:

@@ -5,8 +5,8 @@ A *catalog* is what one GPU can be carved into, as NVML reports it: GPU-instance
 (``start``/``size`` in memory slices). An *instance* is a carved GPU instance (GI) with its
 full-size compute instance (CI) and MIG device UUID.
 
-Written by the MIG backends (``dra_driver.sources.nvml_mig`` over real NVML or over the MIG
-simulator in ``dra_driver.sources.migsim``); read by the publication rules
+Written by the MIG backends (``dra_driver.mig_backends.nvml`` over real NVML or over the MIG
+simulator in ``dra_driver.mig_backends.sim``); read by the publication rules
 (``dra_driver.core.mig_publish``) and the kubelet plugin's prepare logic.
 """
 
@@ -101,6 +101,8 @@ class MigProfile:
     ofa_engines: int
     placements: tuple[Placement, ...]
     """Possible placements on an empty GPU, in NVML's order."""
+    index: int = -1
+    """The NVML profile index it is read at (``NVML_GPU_INSTANCE_PROFILE_1_SLICE`` = 0, ...); -1 when not known."""
 
     @property
     def media_extensions(self) -> bool:

@@ -1,6 +1,6 @@
 """Planning the writes that bring a node's ResourceSlice pool to the desired content.
 
-Pure: no I/O. Called by the ResourceSlice publisher (``controller.publisher``) with the slices
+Pure: no I/O. Called by the ResourceSlice publisher (``dra_driver.appkit.publisher``) with the slices
 it listed and the contents from ``split_pool``; the publisher performs the planned writes.
 
 The rules follow the upstream resourceslice controller: the pool generation is the highest

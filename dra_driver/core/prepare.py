@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.core.cdi import DeviceEdits, Mount, cdi_device_id, claim_spec, env_prefix, validate_spec
+from dra_driver.core.cdi import TOOLKIT_CDI_KIND, DeviceEdits, Mount, cdi_device_id, claim_spec, env_prefix, validate_spec
 from dra_driver.core.checkpoint import ClaimEntry, ClaimState, MigRecord, PreparedDevice
 from dra_driver.core.claims import ClaimAllocation, ClaimError
 from dra_driver.core.config import (
@@ -38,7 +38,6 @@ from dra_driver.core.sharing import (
 
 # Device nodes every CUDA container needs besides its GPUs' own /dev/nvidia<minor>.
 CONTROL_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-TOOLKIT_CDI_KIND = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,4 +305,48 @@ def _exclusively_held(prepared: Mapping[str, ClaimEntry], exclude_uid: str) -> d
         for d in entry.devices:
             if d.share_id is None and not d.admin_access:
                 out[d.device_name] = f"{entry.namespace}/{entry.name} ({uid})"
+    return out
+
+
+def carves(t: DeviceTarget) -> bool:
+    """True for a device whose preparation creates a MIG instance (a dynamic MIG placement)."""
+    return t.dynamic and t.is_mig
+
+
+def mig_intent(t: DeviceTarget) -> MigRecord:
+    """The record of the instance a dynamic MIG placement will carve, written before any NVML call."""
+    if t.profile is None or t.placement is None:
+        raise ValueError(f"device {t.name} is not a MIG placement")
+    return MigRecord(t.gpu.uuid, t.profile.profile_id, t.profile.name, t.placement.start, t.placement.size)
+
+
+def provisional_devices(
+    claim: ClaimAllocation, targets: Mapping[str, DeviceTarget], *, mig_backend: bool
+) -> dict[str, ResolvedDevice]:
+    """The claim's devices as they resolve before any side effect (dynamic MIG: not carved yet).
+
+    ClaimError for what this node cannot prepare: admin access to or a shared allocation of a
+    dynamic MIG slice, or a MIG device without a MIG backend (``mig_backend``).
+    """
+    out: dict[str, ResolvedDevice] = {}
+    for r in claim.results:
+        target = targets[r.device]
+        if target.dynamic and target.is_mig and (r.admin_access or r.share_id):
+            raise ClaimError(f"device {r.device}: admin access and shared allocation of a dynamic MIG slice are not supported")
+        if target.is_mig and (target.dynamic or target.instance is None) and not mig_backend:
+            raise ClaimError(f"device {r.device} is a MIG device, but this plugin runs without a MIG backend")
+        rec = None
+        if target.instance is not None:  # static MIG: the instance exists
+            rec = MigRecord(
+                target.gpu.uuid,
+                target.instance.profile_id,
+                target.instance.profile_name,
+                target.instance.placement.start,
+                target.instance.placement.size,
+                target.instance.gi_id,
+                target.instance.ci_id,
+                target.instance.uuid,
+                carved=False,
+            )
+        out[r.device] = ResolvedDevice(target=target, mig=rec)
     return out

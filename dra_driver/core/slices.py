@@ -1,6 +1,6 @@
 """Splitting a pool's devices and counter sets into ResourceSlice contents, within API limits.
 
-Pure. Called by the ResourceSlice publisher (``controller.publisher``) and by
+Pure. Called by the ResourceSlice publisher (``dra_driver.appkit.publisher``) and by
 ``dra-gpu inventory``. Names, owners, generation and ``resourceSliceCount`` are added by
 ``slice_objects`` so the CLI prints exactly what the publisher would write.
 """

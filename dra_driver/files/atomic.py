@@ -10,7 +10,8 @@ import os
 import secrets
 from pathlib import Path
 
-from dra_driver.core.cdi import TMP_PREFIX
+# Names of the temp files a write leaves behind when it is killed (``remove_stale_temps`` finds them).
+TMP_PREFIX = ".dra-gpu-tmp-"
 
 
 def fsync_dir(directory: Path) -> None:

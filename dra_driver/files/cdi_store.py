@@ -13,8 +13,7 @@ from typing import Any
 
 import structlog
 
-from dra_driver.core.cdi import spec_file_name, spec_file_prefix
-from dra_driver.core.prepare import TOOLKIT_CDI_KIND
+from dra_driver.core.cdi import TOOLKIT_CDI_KIND, spec_file_name, spec_file_prefix
 from dra_driver.files.atomic import remove_durably, remove_stale_temps, write_atomic
 
 log = structlog.get_logger(__name__)

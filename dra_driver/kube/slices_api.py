@@ -1,6 +1,6 @@
 """Raw-JSON access to ResourceSlices (resource.k8s.io/v1), Nodes and the server version.
 
-Used by the ResourceSlice publisher (``controller.publisher``) and the kubelet plugin. Every
+Used by the ResourceSlice publisher (``dra_driver.appkit.publisher``) and the kubelet plugin. Every
 request and answer is plain JSON (dicts): nothing goes through the client's generated models,
 so fields this client does not know (newer servers, alpha features) are neither dropped on
 read nor stripped on write. Every failure, HTTP or transport, surfaces as one exception type,
@@ -21,6 +21,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.core.api_errors import ApiError
+
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 _JSON = "application/json"
 _CONNECT_TIMEOUT_S = 5.0
@@ -28,29 +30,8 @@ _LIST_PAGE = 500
 _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError, ApiException)
 
 
-class KubeApiError(Exception):
-    """An API call failed: ``status`` is the HTTP code (0 for transport errors, no answer)."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}" if status else f"{reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-    @property
-    def not_found(self) -> bool:
-        """HTTP 404: the object does not exist."""
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        """HTTP 409: stale resourceVersion on update, or the name already exists on create."""
-        return self.status == 409
-
-    @property
-    def gone(self) -> bool:
-        """HTTP 410: a watch or list resourceVersion is too old; list again."""
-        return self.status == 410
+class KubeApiError(ApiError):
+    """An API call through the Kubernetes client failed (``dra_driver.core.api_errors.ApiError``)."""
 
 
 def _error(status: int, body: bytes, fallback_reason: str) -> KubeApiError:

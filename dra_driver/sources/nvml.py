@@ -1,7 +1,8 @@
 """The NVML GPU source: reads each GPU's identity through pynvml, strictly read-only.
 
-The only module of dra-gpu that imports ``pynvml`` (import-linter enforces it). It calls
-query functions only: it never sets MIG mode, compute mode, clocks, power or anything else.
+With ``dra_driver.mig_backends.nvml``, the only module of dra-gpu that imports ``pynvml`` (import-linter
+enforces it). It calls query functions only: it never sets MIG mode, compute mode, clocks, power
+or anything else.
 Called through ``dra_driver.sources.select.make_source`` by the apps on real GPU nodes.
 """
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tests.differential.devices import Draw
 from tests.differential.oracle import allocate_case
-from tests.differential.selectors import Draw
 
 NODE = "node-a"
 OTHER_NODE = "node-b"

@@ -13,10 +13,10 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dra_driver.core.allocator import AllocatedState, NodeAllocator, gather_pools
-from dra_driver.core.allocator.model import claim_key
-from dra_driver.core.cel import CelCompileError, CelRuntimeError, compile_selector
-from dra_driver.core.cel.quantity import parse_quantity
+from dra_driver.core.quantity import parse_quantity
+from dra_driver.schedsim.allocator import AllocatedState, NodeAllocator, gather_pools
+from dra_driver.schedsim.allocator.model import claim_key
+from dra_driver.schedsim.cel import CelCompileError, CelRuntimeError, compile_selector
 from e2e.cluster import E2E_DIR, bin_dir
 
 

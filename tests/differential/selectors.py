@@ -1,4 +1,4 @@
-"""Hypothesis strategies: random DRA devices and random CEL selectors over them.
+"""Hypothesis strategies: random CEL selectors over random DRA devices (``devices.py``).
 
 A case is (driver, device, expression). Devices carry attributes of every type (int, bool,
 string, version; bare names filed under the driver, qualified names under other domains and the
@@ -12,229 +12,43 @@ literals with ``exists``/``all``, arithmetic and ``device.driver``/``allowMultip
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from hypothesis import strategies as st
 
-T = TypeVar("T")
-Draw = Callable[[st.SearchStrategy[T]], T]
+from tests.differential.devices import (
+    BAD_QUANTITIES,
+    BAD_VERSIONS,
+    DRIVERS,
+    IDS,
+    INTS,
+    OTHER_DOMAINS,
+    QUANTITIES,
+    STRINGS,
+    UNKNOWN_DOMAIN,
+    VERSIONS,
+    DeviceSpec,
+    Draw,
+    cel_string,
+    devices,
+)
+from tests.differential.regexes import REGEXES, RegexGrammar
 
-DRIVERS = ("gpu.dra-gpu.dev", "dra.example.com")
-OTHER_DOMAINS = ("resource.kubernetes.io", "other.example.com")
-UNKNOWN_DOMAIN = "unknown.example.org"
-IDS = ("model", "cores", "index", "migCapable", "driverVersion", "uuid", "numaNode", "memory", "slots", "family")
-KINDS = ("int", "bool", "string", "version")
-
-INTS = (0, 1, -1, 2, 3, 7, 8, 80, 132, 1000, 1024, 2**31, 2**53 + 1, 2**63 - 1, -(2**63))
-STRINGS = (
-    "",
-    "NVIDIA H100 80GB HBM3",
-    "nvidia a100",
-    "L4",
-    "Hopper",
-    "0000:18:00.0",
-    "gpu-0",
-    "gpu-12",
-    "GPU-ab12-CD",
-    " padded ",
-    "a,b,c",
-    "Straße",
-    "ÄÖÜ",
-    "1.2.3",
-    "v1.2",
-    "40Gi",
-    "3g.40gb",
-    "x\ty",
-    'quo"te',
-    "back\\slash",
-    "٣",
-)
-VERSIONS = (
-    "1.2.3",
-    "580.95.5",
-    "570.0.0",
-    "13.0.0",
-    "9.0.0",
-    "0.0.0",
-    "1.0.0-alpha",
-    "1.0.0-alpha.1",
-    "1.0.0-0.3.7",
-    "1.0.0-x.7.z.92",
-    "1.0.0+build.5",
-    "2.0.0-rc.1+b.2",
-    "18446744073709551615.0.0",
-)
-BAD_VERSIONS = ("1.2", "01.2.3", "1.2.3-", "v1.2.3", "")
-QUANTITIES = (
-    "0",
-    "1",
-    "4",
-    "-1",
-    "80Gi",
-    "81559Mi",
-    "40Gi",
-    "42949672960",
-    "1000m",
-    "500m",
-    "1.5Gi",
-    "1.5",
-    "100M",
-    "1e3",
-    "2k",
-    "1Ki",
-    "1E",
-    "9223372036854775807",
-    "12345678901234567890",
-    "0.1",
-    "1n",
-    "100Pi",
-)
-BAD_QUANTITIES = ("", "40GB", "1.2.3", "abc", "1e", "--1", "Gi")
 INT_TEXTS = ("42", "-7", "+3", " 1", "1_0", "9223372036854775808", "0x10", "x")
 DOUBLE_TEXTS = ("1.5", "1e3", "inf", "-Infinity", "NaN", "1e400", "0x1p-2", "1_0", ".5", "x")
 TYPE_NAMES = ("int", "uint", "double", "string", "bool", "list", "map", "bytes", "null_type", "type")
 OPTIONAL_TAILS = ("hasValue()", "orValue(1) == 1", "value() == 0")
-REGEXES = (
-    "^NVIDIA",
-    "H100$",
-    "[0-9]+",
-    "^gpu-[0-9]+$",
-    "(?i)nvidia",
-    "a|b",
-    ".*",
-    "\\d+",
-    "\\w+",
-    "\\s",
-    "^$",
-    "(",
-    "[z-a]",
-    "a{2,1}",
-    "\\pL",
-)
 
 
-def cel_string(s: str) -> str:
-    """A CEL double-quoted string literal."""
-    out = []
-    for c in s:
-        if c in '"\\':
-            out.append("\\" + c)
-        elif c == "\t":
-            out.append("\\t")
-        elif c == "\n":
-            out.append("\\n")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
-
-
-@dataclass(frozen=True)
-class Attr:
-    """One attribute as the device publishes it and as CEL sees it."""
-
-    name: str  # as published: "cores" or "domain/cores"
-    domain: str
-    ident: str
-    kind: str
-    value: Any
-
-
-@dataclass
-class DeviceSpec:
-    """A generated device and the names it carries."""
-
-    driver: str
-    json: dict[str, Any]
-    attrs: list[Attr] = field(default_factory=list)
-    caps: list[Attr] = field(default_factory=list)
-
-
-def _value(draw: Draw[Any], kind: str, *, bad_ok: bool = False) -> Any:
-    if kind == "int":
-        return draw(st.sampled_from(INTS) | st.integers(-(10**6), 10**6))
-    if kind == "bool":
-        return draw(st.booleans())
-    if kind == "string":
-        return draw(st.sampled_from(STRINGS) | st.text(alphabet="abcXYZ019 -._/ä", max_size=10))
-    if bad_ok and draw(st.integers(0, 40)) == 0:
-        return draw(st.sampled_from(BAD_VERSIONS))
-    return draw(
-        st.sampled_from(VERSIONS)
-        | st.builds(lambda a, b, c: f"{a}.{b}.{c}", st.integers(0, 600), st.integers(0, 99), st.integers(0, 20))
-    )
-
-
-def _names(draw: Draw[Any], driver: str, n: int, used: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
-    """(published name, domain, id) without two names landing on the same (domain, id)."""
-    out = []
-    for _ in range(n):
-        ident = draw(st.sampled_from(IDS))
-        form = draw(st.sampled_from(("bare", "bare", "bare", "own", "other")))
-        if form == "other":
-            domain = draw(st.sampled_from(OTHER_DOMAINS))
-        else:
-            domain = driver
-        if (domain, ident) in used:
-            continue
-        used.add((domain, ident))
-        name = ident if form == "bare" else f"{domain}/{ident}"
-        out.append((name, domain, ident))
-    return out
-
-
-@st.composite
-def devices(draw: Draw[Any], driver: str | None = None, name: str = "dev") -> DeviceSpec:
-    """A device with up to 8 attributes and 3 capacities."""
-    drv = driver or draw(st.sampled_from(DRIVERS))
-    spec = DeviceSpec(drv, {"name": name})
-    attributes: dict[str, Any] = {}
-    bad_version = False  # at most one unparsable version: Go reports the first in random map order
-    for pub, domain, ident in _names(draw, drv, draw(st.integers(0, 8)), set()):
-        kind = draw(st.sampled_from(KINDS))
-        value = _value(draw, kind, bad_ok=not bad_version)
-        bad_version = bad_version or (kind == "version" and value in BAD_VERSIONS)
-        attributes[pub] = {kind: value}
-        spec.attrs.append(Attr(pub, domain, ident, kind, value))
-    capacity: dict[str, Any] = {}
-    for pub, domain, ident in _names(draw, drv, draw(st.integers(0, 3)), set()):
-        value = draw(st.sampled_from(QUANTITIES))
-        capacity[pub] = {"value": value}
-        spec.caps.append(Attr(pub, domain, ident, "quantity", value))
-    if attributes:
-        spec.json["attributes"] = attributes
-    if capacity:
-        spec.json["capacity"] = capacity
-    multi = draw(st.sampled_from((None, None, True, False)))
-    if multi is not None:
-        spec.json["allowMultipleAllocations"] = multi
-    return spec
-
-
-class Grammar:
-    """Builds one expression for one device; ``draw`` is Hypothesis's draw function."""
+class Grammar(RegexGrammar):
+    """Builds one expression for one device; ``draw`` is Hypothesis's draw function (patterns: ``regexes.py``)."""
 
     OPS = ("==", "!=", "<", "<=", ">", ">=")
 
     def __init__(self, draw: Draw[Any], dev: DeviceSpec) -> None:
-        self.draw = draw
+        super().__init__(draw)
         self.dev = dev
         self.bound: list[tuple[str, str]] = []  # (variable, domain) of enclosing cel.bind
-
-    # -- helpers ------------------------------------------------------------------------------
-    def pick(self, options: tuple[T, ...] | list[T]) -> T:
-        """One of ``options``."""
-        choice: T = self.draw(st.sampled_from(options))
-        return choice
-
-    def one_of(self, *makers: Callable[[], str]) -> str:
-        """The text made by one of ``makers``."""
-        maker: Callable[[], str] = self.draw(st.sampled_from(makers))
-        return maker()
-
-    def chance(self, n: int) -> bool:
-        """True with probability 1/n."""
-        return bool(self.draw(st.integers(0, n - 1)) == 0)
 
     def op(self) -> str:
         return self.pick(self.OPS)
@@ -500,63 +314,6 @@ class Grammar:
             lambda: f"{lst}.map(x, x == {term}).exists(y, y)",
             lambda: f"{self.known_domain()}.exists(k, k.startsWith({cel_string(self.pick(('c', 'm', 'u')))}))",
         )
-
-    def regex(self) -> str:
-        """A CEL string literal holding an RE2 pattern: mostly valid, sometimes not, sometimes Python-only."""
-        if self.chance(3):
-            return cel_string(self.pick(REGEXES))
-        return cel_string(self.re_alt(2))
-
-    def re_alt(self, depth: int) -> str:
-        parts = [self.re_seq(depth) for _ in range(self.draw(st.integers(1, 2)))]
-        return "|".join(parts)
-
-    def re_seq(self, depth: int) -> str:
-        return "".join(self.re_item(depth) for _ in range(self.draw(st.integers(1, 3))))
-
-    def re_item(self, depth: int) -> str:
-        atoms = [
-            lambda: self.pick(("a", "b", "X", "0", "9", "-", "_", ".", " ", "ä", "\\.", "\\-", "/")),
-            lambda: self.pick(("\\d", "\\D", "\\w", "\\W", "\\s", "\\S", "\\b", "\\B", "\\pL", "\\p{Lu}", "\\PN")),
-            lambda: self.pick(("^", "$", "\\A", "\\z")),
-            lambda: (
-                "[" + self.pick(("a-z", "^0-9", "A-Z0-9_", "[:alpha:]", "[:^digit:]", "\\d.", "-a", "a-", "]x", "\\w\\s")) + "]"
-            ),
-            lambda: self.pick(("(?i)", "(?s)", "(?m)", "(?U)", "(?i:x)", "(?-i)", "(?i-s:y)", "(?-)", "(?z)")),
-            lambda: self.pick(
-                (
-                    "(?=a)",
-                    "(?!a)",
-                    "(?<=a)",
-                    "\\1",
-                    "(a)\\1",
-                    "[z-a]",
-                    "a**",
-                    "a{2,1}",
-                    "a{1001}",
-                    "(",
-                    ")",
-                    "[a",
-                    "\\",
-                    "\\Z",
-                    "\\p{Foo}",
-                    "x{3}",
-                    "\\x41",
-                    "\\x{263a}",
-                    "\\Q.*\\E",
-                    "\\C",
-                    "(?P<n>a)",
-                    "(?<n>a)",
-                    "(?P=n)",
-                )
-            ),
-        ]
-        if depth > 0:
-            atoms.append(lambda: "(" + self.pick(("", "?:", "?i:", "?P<g>")) + self.re_alt(depth - 1) + ")")
-        out = self.pick(atoms)()
-        if self.chance(3):
-            out += self.pick(("*", "+", "?", "*?", "+?", "{2}", "{1,3}", "{0,}", "{2,}?"))
-        return out
 
     def misc_test(self, depth: int) -> str:
         d = max(depth - 1, 0)

@@ -1,7 +1,7 @@
 """dra-gpu's allocation simulator against the scheduler's structured allocator (Go, incubating).
 
 Each case runs through ``k8s.io/dynamic-resource-allocation/structured`` in celdiff and through
-:class:`~dra_driver.core.allocator.NodeAllocator`; the outcome must be identical: the same devices
+:class:`~dra_driver.schedsim.allocator.NodeAllocator`; the outcome must be identical: the same devices
 for the same requests in the same order (shared or not, admin access, consumed capacity), or both
 unsatisfiable, or the same error (its class, abort or node-local, and its message).
 """

@@ -23,11 +23,12 @@ import grpc
 from dra_driver.core.config import API_VERSION
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore
+from dra_driver.sharing_backends.sim import SimulatedSharing
 from dra_driver.sources.fake import FakeGpuSource
-from dra_driver.sources.sharing_sim import SimulatedSharing
+from kubelet_plugin.requests import ClaimRef
 from kubelet_plugin.servicer import DraV1Servicer, add_dra_services
 from kubelet_plugin.sockets import unix_server
-from kubelet_plugin.state import ClaimRef, DeviceState
+from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from tests.claimdata import DRIVER, allocated_claim, new_uid
 from tests.fuzz import harness

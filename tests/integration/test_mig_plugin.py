@@ -22,8 +22,8 @@ import grpc
 import pytest
 
 from dra_driver.core.mig import MigInstance
+from dra_driver.mig_backends.sim import load_instances, load_modes
 from dra_driver.sources.fake import FakeGpuSource
-from dra_driver.sources.migsim import load_instances, load_modes
 from e2e.cluster import LocalCluster
 from e2e.plugin_process import ROOT, PluginProcess
 from kubelet_plugin.faults import PREPARE_POINTS, UNPREPARE_POINTS
@@ -72,7 +72,7 @@ def spec_env(p: PluginProcess, uid: str) -> dict[str, str]:
 def migsim(p: PluginProcess, *args: str) -> str:
     """Change the fake GPUs behind the plugin's back, as an admin with mig-parted would (same boot)."""
     p.sim_state.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "dra_driver.sources.migsim", "--state", str(p.sim_state), "--fake-gpus", "h100x8"]
+    cmd = [sys.executable, "-m", "dra_driver.mig_backends.sim", "--state", str(p.sim_state), "--fake-gpus", "h100x8"]
     cmd += ["--node-name", "node-a", "--boot-id", p.boot_id.read_text().strip(), *args]
     return subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True, timeout=60).stdout
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import structlog
 
-from controller.publisher import SlicePublisher
+from dra_driver.appkit.publisher import SlicePublisher
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.core.schema import Attr, DeviceSpec, node_devices
 from dra_driver.kube.client import load_api_client

@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 import pytest
 
+from dra_driver.sharing_backends.sim import read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
-from dra_driver.sources.sharing_sim import read_sharing_state
 from e2e.cluster import LocalCluster
 from e2e.plugin_process import PluginProcess
 from tests.claimdata import DRIVER

@@ -10,7 +10,7 @@ import pytest
 
 from dra_driver.cli.explain import default_classes, load_objects, workloads
 from dra_driver.cli.main import inventory_slices
-from dra_driver.core.allocator import explain
+from dra_driver.schedsim.allocator import explain
 
 DRIVER = "gpu.dra-gpu.dev"
 DEMO = Path(__file__).resolve().parents[2] / "demo"

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver.core.cel import CelCompileError, CelRuntimeError, compile_selector, device_value, validate_selector
-from dra_driver.core.cel.quantity import QuantityError, parse_quantity
-from dra_driver.core.cel.semver import SemverError, normalize_and_parse, parse_semver
+from dra_driver.core.quantity import QuantityError, parse_quantity
+from dra_driver.schedsim.cel import CelCompileError, CelRuntimeError, compile_selector, device_value, validate_selector
+from dra_driver.schedsim.cel.semver import SemverError, normalize_and_parse, parse_semver
 
 DRIVER = "gpu.dra-gpu.dev"
 DEVICE = {

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver.core.cel import CelError, CelRuntimeError, DeviceView, compile_selector
-from dra_driver.core.cel.projection import Projector, reads
-from dra_driver.core.cel.syntax import parse
-from tests.differential.selectors import Grammar, devices
+from dra_driver.schedsim.cel import CelError, CelRuntimeError, DeviceView, compile_selector
+from dra_driver.schedsim.cel.projection import Projector, reads
+from dra_driver.schedsim.cel.syntax import parse
+from tests.differential.devices import devices
+from tests.differential.selectors import Grammar
 
 DRIVER = "gpu.dra-gpu.dev"
 A = f'device.attributes["{DRIVER}"]'

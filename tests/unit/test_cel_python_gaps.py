@@ -15,7 +15,7 @@ import pytest
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
-from dra_driver.core.cel import CelCompileError, CelRuntimeError, compile_selector
+from dra_driver.schedsim.cel import CelCompileError, CelRuntimeError, compile_selector
 
 DRIVER = "gpu.dra-gpu.dev"
 DEVICE = {"name": "g", "attributes": {"cores": {"int": 132}}}

@@ -18,11 +18,11 @@ import pytest
 
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigError, MigErrorCode, MigMode, Placement
+from dra_driver.mig_backends.nvml import NvmlMigBackend
+from dra_driver.mig_backends.sim import MigSimulator, NVMLError, SimulatedNvml, product_data
+from dra_driver.mig_backends.sim import nvml_api as fn
+from dra_driver.mig_backends.sim.simulator import caps_minor
 from dra_driver.sources.fake import FakeGpuSource
-from dra_driver.sources.migsim import MigSimulator, NVMLError, SimulatedNvml, product_data
-from dra_driver.sources.migsim import fake_nvml as fn
-from dra_driver.sources.migsim.simulator import caps_minor
-from dra_driver.sources.nvml_mig import NvmlMigBackend
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -331,7 +331,7 @@ def test_backend_never_touches_the_real_pynvml(monkeypatch: pytest.MonkeyPatch) 
 
 def test_migsim_does_not_import_pynvml() -> None:
     code = (
-        "import sys, dra_driver.sources.migsim, dra_driver.sources.migsim.__main__; "
+        "import sys, dra_driver.mig_backends.sim, dra_driver.mig_backends.sim.__main__; "
         "assert 'pynvml' not in sys.modules, 'pynvml imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)

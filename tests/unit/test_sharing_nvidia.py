@@ -20,7 +20,7 @@ import pytest
 
 from dra_driver.core.config import TimeSliceInterval
 from dra_driver.core.sharing import MpsDaemon, mps_dirs
-from dra_driver.sources.sharing_nvidia import NvidiaSharing
+from dra_driver.sharing_backends.nvidia import NvidiaSharing
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
 GPU1 = "GPU-66666666-7777-8888-9999-000000000000"

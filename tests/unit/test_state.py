@@ -14,9 +14,10 @@ from dra_driver.core.checkpoint import ClaimEntry, ClaimState
 from dra_driver.core.config import API_VERSION
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore
+from dra_driver.sharing_backends.sim import SimulatedSharing, read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
-from dra_driver.sources.sharing_sim import SimulatedSharing, read_sharing_state
-from kubelet_plugin.state import ClaimRef, DeviceState
+from kubelet_plugin.requests import ClaimRef
+from kubelet_plugin.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim, new_uid
 
 

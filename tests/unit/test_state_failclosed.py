@@ -22,10 +22,11 @@ from dra_driver.core.checkpoint import ClaimState
 from dra_driver.core.mig import MigInstance, MigStrategy
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
+from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
-from dra_driver.sources.select import make_mig_backend
 from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.state import ClaimRef, DeviceState, Outcome
+from kubelet_plugin.requests import ClaimRef, Outcome
+from kubelet_plugin.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim, new_uid
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()

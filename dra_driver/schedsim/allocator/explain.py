@@ -1,0 +1,218 @@
+"""Explains one pod's (or claim's) allocation across the nodes of a set of ResourceSlices.
+
+Called by ``dra-gpu explain``. Runs the simulated allocator per node (nodes by name) and reports,
+per claim request, every candidate device's verdict, the node and devices of the first node where
+the whole pod fits (the real scheduler also scores nodes; this picks the first feasible one by
+name), or the reason none does. ``Explanation.to_json()`` is the stable contract of ``-o json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.core.quantity import QuantityError
+from dra_driver.schedsim.allocator.candidates import explain_request
+from dra_driver.schedsim.allocator.model import AllocatedState, Candidate, NodeOutcome, claim_key, claim_requests
+from dra_driver.schedsim.allocator.objects import read_allocated, read_claim, read_class, read_node_labels, read_slice
+from dra_driver.schedsim.allocator.pools import gather_pools
+from dra_driver.schedsim.allocator.simulate import NodeAllocator
+from dra_driver.schedsim.allocator.validate import (
+    MAX_ALLOCATED_CLAIMS,
+    MAX_CLASSES,
+    MAX_DEVICES,
+    MAX_POD_CLAIMS,
+    MAX_SLICES,
+    InvalidObject,
+    Reader,
+)
+
+
+@dataclass(slots=True)
+class RequestExplanation:
+    """One claim request: chosen node and devices, or why not, and every candidate."""
+
+    claim: str
+    request: str
+    node: str | None
+    devices: list[str]
+    reason: str | None
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON form."""
+        return {
+            "claim": self.claim,
+            "request": self.request,
+            "node": self.node,
+            "devices": self.devices,
+            "reason": self.reason,
+            "candidates": [c.to_json() for c in self.candidates],
+        }
+
+
+@dataclass(slots=True)
+class Explanation:
+    """The whole answer: one entry per claim request, plus each node's outcome."""
+
+    requests: list[RequestExplanation]
+    nodes: list[NodeOutcome]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"requests": [...]}`` (the contract) plus ``nodes`` (informational)."""
+        return {
+            "requests": [r.to_json() for r in self.requests],
+            "nodes": [
+                {"node": n.node, "allocated": n.results is not None, "error": n.error, "reason": n.reason} for n in self.nodes
+            ],
+        }
+
+
+def nodes_of(slices: Sequence[Mapping[str, Any]]) -> list[str | None]:
+    """Node names the slices name (sorted); ``[None]`` when none does (allNodes/selector only)."""
+    names: set[str] = set()
+    for s in slices:
+        sp = s.get("spec") or {}
+        if sp.get("nodeName"):
+            names.add(str(sp["nodeName"]))
+        for d in sp.get("devices") or []:
+            if d.get("nodeName"):
+                names.add(str(d["nodeName"]))
+    out: list[str | None] = [*sorted(names)]
+    return out if out else [None]
+
+
+def explain(
+    claims: Sequence[Mapping[str, Any]],
+    slices: Sequence[Mapping[str, Any]],
+    classes: Mapping[str, Mapping[str, Any]],
+    allocated: Sequence[Mapping[str, Any]],
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> Explanation:
+    """Simulate scheduling ``claims`` (one pod's, in pod order) against the cluster state given.
+
+    ``node_labels`` (by node name) serve slices that select nodes by label; without them a node
+    has only its ``kubernetes.io/hostname`` label. Raises :class:`InvalidObject` for an object
+    of the wrong shape or an input beyond the bounds in ``validate.py``.
+    """
+    claims, slices, classes, allocated, node_labels = read_inputs(claims, slices, classes, allocated, node_labels)
+    pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+    done = [c for c in claims if (c.get("status") or {}).get("allocation")]
+    try:
+        outcomes, cands = _simulate(pending, slices, classes, allocated, node_labels)
+    except QuantityError as err:  # the inputs' quantities are bounded, so their sums should never fail
+        raise InvalidObject(f"input: quantity arithmetic failed: {err}") from None
+    chosen = next((o for o in outcomes if o.results is not None), None)
+    entries: list[RequestExplanation] = []
+    for c in done:
+        results = (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        by_req: dict[str, list[str]] = {}
+        for r in results:
+            by_req.setdefault(str(r.get("request", "")), []).append(f"{r.get('pool')}/{r.get('device')}")
+        for req_name, devs in by_req.items():
+            entries.append(RequestExplanation(claim_key(c), req_name, _alloc_node(c), devs, None, []))
+    errors = [o for o in outcomes if o.error]
+    for ci, c in enumerate(pending):
+        key = claim_key(c)
+        for alts in claim_requests(c):
+            if chosen is not None and chosen.results is not None:
+                picked = [
+                    r
+                    for r in chosen.results
+                    if r.claim == key and (r.request == alts[0].base or r.request.startswith(alts[0].base + "/"))
+                ]
+                name = picked[0].request if picked else alts[0].name
+                devices = [f"{r.pool}/{r.device}" for r in picked]
+                entries.append(RequestExplanation(key, name, chosen.node, devices, None, cands.get((ci, name), [])))
+                continue
+            reason = _reason(outcomes, errors, cands, ci, alts)
+            for req in alts:
+                entries.append(RequestExplanation(key, req.name, None, [], reason, cands.get((ci, req.name), [])))
+    return Explanation(entries, outcomes)
+
+
+def _simulate(
+    pending: list[dict[str, Any]],
+    slices: list[dict[str, Any]],
+    classes: dict[str, dict[str, Any]],
+    allocated: list[dict[str, Any]],
+    node_labels: dict[str, dict[str, str]] | None,
+) -> tuple[list[NodeOutcome], dict[tuple[int, str], list[Candidate]]]:
+    """Each node's outcome, and every candidate device per (claim index, request name)."""
+    state = AllocatedState.from_claims(allocated)
+    outcomes: list[NodeOutcome] = []
+    cands: dict[tuple[int, str], list[Candidate]] = {}
+    for node in nodes_of(slices):
+        labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
+        pools = gather_pools(slices, node, labels)
+        outcomes.append(NodeAllocator(pending, classes, pools, state, node).run())
+        probe = NodeAllocator(pending, classes, pools, state, node)
+        for ci, c in enumerate(pending):
+            for alts in claim_requests(c):
+                for req in alts:
+                    cands.setdefault((ci, req.name), []).extend(explain_request(probe, ci, req))
+    return outcomes, cands
+
+
+def read_inputs(
+    claims: Any, slices: Any, classes: Any, allocated: Any, node_labels: Any
+) -> tuple[
+    list[dict[str, Any]],
+    list[dict[str, Any]],
+    dict[str, dict[str, Any]],
+    list[dict[str, Any]],
+    dict[str, dict[str, str]] | None,
+]:
+    """Every input read into checked copies (see ``validate.py``); raises :class:`InvalidObject`."""
+    r = Reader("input")
+    claim_list = r.seq(claims, "the pod's claims", MAX_POD_CLAIMS)
+    slice_list = r.seq(slices, "ResourceSlices", MAX_SLICES)
+    alloc_list = r.seq(allocated, "allocated ResourceClaims", MAX_ALLOCATED_CLAIMS)
+    class_map = r.obj(classes, "DeviceClasses", MAX_CLASSES)
+    read_slices: list[dict[str, Any]] = []
+    devices = 0
+    for i, s in enumerate(slice_list):
+        read_slices.append(read_slice(s, i))
+        devices += len(read_slices[-1]["spec"].get("devices") or ())
+        if devices > MAX_DEVICES:
+            raise InvalidObject(f"input: more than {MAX_DEVICES} devices in all ResourceSlices")
+    return (
+        [read_claim(c, i) for i, c in enumerate(claim_list)],
+        read_slices,
+        {name: read_class(c, name) for name, c in class_map.items()},
+        [read_allocated(c, i) for i, c in enumerate(alloc_list)],
+        None if node_labels is None else read_node_labels(node_labels),
+    )
+
+
+def _alloc_node(claim: Mapping[str, Any]) -> str | None:
+    sel = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector") or {}
+    for term in sel.get("nodeSelectorTerms") or []:
+        for f in term.get("matchFields") or []:
+            if f.get("key") == "metadata.name" and f.get("values"):
+                return str(f["values"][0])
+    return None
+
+
+def _reason(
+    outcomes: list[NodeOutcome],
+    errors: list[NodeOutcome],
+    cands: Mapping[tuple[int, str], list[Candidate]],
+    ci: int,
+    alts: list[Any],
+) -> str:
+    if errors:
+        return f"scheduling aborted (the pod is retried with backoff): {errors[0].error}"
+    if not outcomes:
+        return "no nodes"
+    parts = []
+    for req in alts:
+        matches = [c for c in cands.get((ci, req.name), []) if c.verdict == "match"]
+        need = "all matching devices" if req.mode == "All" else f"{req.count} device{'s' if req.count != 1 else ''}"
+        per_node: dict[str | None, int] = {}
+        for m in matches:
+            per_node[m.node] = per_node.get(m.node, 0) + 1
+        best = max(per_node.values(), default=0)
+        parts.append(f"request {req.name} needs {need}; at most {best} usable on one node")
+    return f"0/{len(outcomes)} nodes can allocate all claims: " + "; ".join(parts)

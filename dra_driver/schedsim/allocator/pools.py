@@ -1,0 +1,162 @@
+"""The pools one node sees, gathered from ResourceSlices as the scheduler's ``GatherPools`` does.
+
+Called by the allocator (``simulate.py``: :func:`gather_pools` per node, the device walk) and by
+``explain.py``. A pool is the slices of one (driver, pool name) at their highest generation that
+target the node (``nodeName``, ``allNodes``, a node selector, or per-device node selection);
+one with fewer slices than it declares is incomplete, one with duplicate device names or
+counters that do not exist is invalid. Inputs are trusted to have the shapes ``validate.py`` checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.core.quantity import Quantity
+from dra_driver.schedsim.allocator.model import qty
+
+
+@dataclass(slots=True)
+class Pool:
+    """One pool as seen from a node."""
+
+    driver: str
+    name: str
+    slices: list[Mapping[str, Any]] = field(default_factory=list)  # device slices targeting the node, by name
+    other_slices: list[Mapping[str, Any]] = field(default_factory=list)  # same pool, not targeting the node
+    counter_sets: dict[str, dict[str, Quantity]] = field(default_factory=dict)
+    incomplete: str = ""
+    invalid: str = ""
+
+    @property
+    def pool_id(self) -> str:
+        """``driver/pool``."""
+        return f"{self.driver}/{self.name}"
+
+
+def slice_spec(s: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A ResourceSlice's ``spec`` (empty if absent)."""
+    return s.get("spec") or {}
+
+
+def _generation(s: Mapping[str, Any]) -> int:
+    return int((slice_spec(s).get("pool") or {}).get("generation") or 0)
+
+
+def _node_selector_matches(selector: Mapping[str, Any] | None, node: str, labels: Mapping[str, str]) -> bool:
+    if not selector:
+        return False
+    for term in selector.get("nodeSelectorTerms") or []:
+        ok = True
+        for e in term.get("matchExpressions") or []:
+            v = labels.get(e.get("key", ""))
+            op, vals = e.get("operator"), e.get("values") or []
+            ok = ok and {
+                "In": v is not None and v in vals,
+                "NotIn": v is None or v not in vals,
+                "Exists": v is not None,
+                "DoesNotExist": v is None,
+            }.get(op, False)
+        for e in term.get("matchFields") or []:
+            if e.get("key") == "metadata.name":
+                inside = node in (e.get("values") or [])
+                ok = ok and (inside if e.get("operator") == "In" else not inside)
+        if ok and (term.get("matchExpressions") or term.get("matchFields")):
+            return True
+    return False
+
+
+def node_matches(node: str | None, labels: Mapping[str, str], node_name: str | None, all_nodes: bool, selector: Any) -> bool:
+    """``NodeMatches``: nodeName, allNodes or a node selector."""
+    if node_name:
+        return node is not None and node == node_name
+    if all_nodes:
+        return True
+    if selector is not None:
+        return node is not None and _node_selector_matches(selector, node, labels)
+    return False
+
+
+def gather_pools(slices: Sequence[Mapping[str, Any]], node: str | None, labels: Mapping[str, str]) -> list[Pool]:
+    """``GatherPools`` for one node, in allocation order."""
+    by_pool: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for s in slices:
+        sp = slice_spec(s)
+        if sp.get("sharedCounters"):
+            relevant = True
+        elif sp.get("nodeName") or sp.get("allNodes") or sp.get("nodeSelector") is not None:
+            relevant = node_matches(node, labels, sp.get("nodeName"), bool(sp.get("allNodes")), sp.get("nodeSelector"))
+        elif sp.get("perDeviceNodeSelection"):
+            relevant = any(
+                node_matches(node, labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector"))
+                for d in sp.get("devices") or []
+            )
+        else:
+            continue
+        if not relevant:
+            continue
+        pid = (str(sp.get("driver") or ""), str((sp.get("pool") or {}).get("name") or ""))
+        gen = _generation(s)
+        have = by_pool.get(pid)
+        if have is None or gen > _generation(have[0]):
+            by_pool[pid] = [s]
+        elif gen == _generation(have[0]):
+            have.append(s)
+    pools: list[Pool] = []
+    for (driver, name), mine in by_pool.items():
+        gen = _generation(mine[0])
+        want = int((slice_spec(mine[0]).get("pool") or {}).get("resourceSliceCount") or 0)
+        all_slices = mine
+        if len(mine) != want:
+            same = [
+                s
+                for s in slices
+                if str(slice_spec(s).get("driver") or "") == driver
+                and str((slice_spec(s).get("pool") or {}).get("name") or "") == name
+            ]
+            if any(_generation(s) > gen for s in same):
+                continue  # obsolete
+            all_slices = [s for s in same if _generation(s) == gen]
+            if len(all_slices) != want:
+                pools.append(
+                    Pool(driver, name, incomplete=f"pool {driver}/{name} is incomplete: {len(all_slices)} of {want} slices")
+                )
+                continue
+        pools.append(_build_pool(driver, name, mine, all_slices))
+    pools.sort(key=lambda p: (p.driver, p.name))
+    return pools
+
+
+def _build_pool(driver: str, name: str, mine: Sequence[Mapping[str, Any]], all_slices: Sequence[Mapping[str, Any]]) -> Pool:
+    mine = sorted(mine, key=lambda s: str((s.get("metadata") or {}).get("name", "")))
+    pool = Pool(driver, name)
+    counter_slices = [s for s in mine if slice_spec(s).get("sharedCounters")]
+    pool.slices = [s for s in mine if not slice_spec(s).get("sharedCounters")]
+    seen: set[str] = set()
+    for s in pool.slices:
+        for d in slice_spec(s).get("devices") or []:
+            if d.get("name") in seen:
+                pool.invalid = f"duplicate device name {d.get('name')}"
+                return pool
+            seen.add(str(d.get("name")))
+    for s in counter_slices:
+        for cs in slice_spec(s).get("sharedCounters") or []:
+            if cs.get("name") in pool.counter_sets:
+                pool.invalid = f"duplicate counter set name {cs.get('name')}"
+                return pool
+            pool.counter_sets[str(cs.get("name"))] = {k: qty(v.get("value")) for k, v in (cs.get("counters") or {}).items()}
+    mine_names = {str((s.get("metadata") or {}).get("name", "")) for s in mine}
+    pool.other_slices = [s for s in all_slices if str((s.get("metadata") or {}).get("name", "")) not in mine_names]
+    for s in [*mine, *pool.other_slices]:
+        for d in slice_spec(s).get("devices") or []:
+            for cc in d.get("consumesCounters") or []:
+                cset = pool.counter_sets.get(str(cc.get("counterSet")))
+                if cset is None:
+                    pool.invalid = f"counter set {cc.get('counterSet')} not found"
+                    return pool
+                for cname in cc.get("counters") or {}:
+                    if cname not in cset:
+                        pool.invalid = f"counter {cname} not found in counter set {cc.get('counterSet')}"
+                        return pool
+    return pool

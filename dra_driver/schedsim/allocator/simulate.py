@@ -1,0 +1,387 @@
+"""A pure simulation of the scheduler's structured allocator (the incubating variant of 1.36).
+
+Called by ``dra-gpu explain``. For one pod's claims on one node it gathers pools (highest
+generation, completeness, validity), walks pools by (driver, pool), slices by name and devices in
+spec order, tries each request's alternatives in order (``firstAvailable``), checks class then
+request selectors (cached per device and request), capacity, counters, taints and constraints,
+and backtracks until a complete allocation is found. A selector error aborts the whole attempt
+with the scheduler's message, and so does a search that tries more than ``MAX_SEARCH_STEPS``
+devices on one node (the scheduler's filter timeout). Pools are gathered by ``pools.py``, taints
+and capacity checked by ``checks.py``, constraints kept by ``constraints.py``;
+``candidates.py`` gives every device's first reason. Inputs are trusted to have the shapes
+``validate.py`` checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dra_driver.core.quantity import Quantity
+from dra_driver.schedsim.allocator.checks import capacity_fits, consumed_capacity, untolerated_taint
+from dra_driver.schedsim.allocator.constraints import Constraint
+from dra_driver.schedsim.allocator.model import (
+    AllocatedState,
+    DeviceID,
+    NodeOutcome,
+    Request,
+    Result,
+    claim_key,
+    claim_requests,
+    qty,
+)
+from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec
+from dra_driver.schedsim.cel import CelCompileError, CelError, CompiledSelector, DeviceView, compile_selector
+
+MAX_RESULTS = 32  # resourceapi.AllocationResultsMaxSize
+# Devices the search may try on one node before it gives up, as the scheduler gives up after its
+# filter timeout (10s by default): a search that backtracks over many devices is exponential.
+MAX_SEARCH_STEPS = 100_000
+
+
+_COMPILE_FAILURES: dict[str, CelCompileError] = {}
+
+
+def compile_cached(expression: str) -> CompiledSelector:
+    """``compile_selector``; a CEL front-end crash on an expression is reported as a compile error.
+
+    The front end raises ``ValueError`` for an int literal of more than 4300 digits (and could
+    run out of stack on some other input): that expression does not compile, and an explanation
+    says so rather than crashing. Failures are remembered, as ``compile_selector`` remembers its own.
+    """
+    failed = _COMPILE_FAILURES.get(expression)
+    if failed is not None:
+        raise CelCompileError(failed.message)
+    try:
+        return compile_selector(expression)
+    except (ValueError, RecursionError) as err:
+        if len(_COMPILE_FAILURES) > 1024:
+            _COMPILE_FAILURES.clear()
+        failed = _COMPILE_FAILURES[expression] = CelCompileError(f"compilation failed: {type(err).__name__}: {str(err)[:200]}")
+        raise CelCompileError(failed.message) from None
+
+
+class AllocationAborted(Exception):
+    """The scheduler's Filter error: the whole attempt stops (not "unsuitable node")."""
+
+
+class NodeAllocator:
+    """One attempt for one pod on one node: the scheduler's ``Allocate``."""
+
+    def __init__(
+        self,
+        claims: Sequence[Mapping[str, Any]],
+        classes: Mapping[str, Mapping[str, Any]],
+        pools: list[Pool],
+        state: AllocatedState,
+        node: str | None,
+    ) -> None:
+        self.claims, self.classes, self.pools, self.state, self.node = claims, classes, pools, state, node
+        self.requests = [claim_requests(c) for c in claims]
+        self.match_cache: dict[tuple[int, str, DeviceID], bool] = {}
+        self.allocating: dict[DeviceID, set[int]] = {}
+        self.allocating_capacity: dict[DeviceID, dict[str, Quantity]] = {}  # aggregated, as cel-go keeps it
+        self.consumed_counters: dict[str, dict[str, dict[str, Quantity]]] = {}
+        self.available_counters: dict[str, dict[str, dict[str, Quantity]]] = {}
+        self.results: list[list[Result]] = [[] for _ in claims]
+        self.constraints: list[list[Constraint]] = []
+        self.all_devices: dict[tuple[int, int, int], list[tuple[Pool, Mapping[str, Any], Mapping[str, Any]]]] = {}
+        self._views: dict[DeviceID, DeviceView] = {}
+        self.steps = 0
+
+    # -- setup ----------------------------------------------------------------------------------
+    def run(self) -> NodeOutcome:
+        """Allocate or say why not; never raises for selector errors (they become ``error``)."""
+        try:
+            self._validate()
+            done = self._one(0, 0, 0, 0, False, (0, 0, 0))
+        except AllocationAborted as err:
+            return NodeOutcome(self.node, None, str(err), str(err))
+        if not done:
+            if any(p.invalid for p in self.pools):
+                return NodeOutcome(self.node, None, None, "invalid resource pools were encountered")
+            return NodeOutcome(self.node, None, None, "cannot allocate all claims")
+        return NodeOutcome(self.node, [r for rs in self.results for r in rs], None, None)
+
+    def _validate(self) -> None:  # noqa: PLR0912 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
+        for ci, claim in enumerate(self.claims):
+            key = claim_key(claim)
+            total = 0
+            for ri, alts in enumerate(self.requests[ci]):
+                counts = []
+                for si, req in enumerate(alts):
+                    for i, sel in enumerate(req.selectors):
+                        if not sel:
+                            raise AllocationAborted(
+                                f"claim {key}, request {req.name}, selector #{i}: "
+                                "CEL expression empty (unsupported selector type?)"
+                            )
+                    if not req.class_name:
+                        raise AllocationAborted(
+                            f"claim {key}, request {req.name}: missing device class name (unsupported request type?)"
+                        )
+                    if req.class_name not in self.classes:
+                        raise AllocationAborted(
+                            f"claim {key}, request {req.name}: could not retrieve device class {req.class_name}: "
+                            f'deviceclass.resource.k8s.io "{req.class_name}" not found'
+                        )
+                    if req.mode == "All":
+                        counts.append(self._prepare_all(ci, ri, si, req))
+                    elif req.mode == "ExactCount":
+                        counts.append(req.count)
+                    else:
+                        raise AllocationAborted(f"claim {key}, request {req.name}: unsupported count mode {req.mode}")
+                total += min(counts) if counts else 0
+            if total > MAX_RESULTS:
+                raise AllocationAborted(
+                    f"claim {key}: number of requested devices {total} exceeds the claim limit of {MAX_RESULTS}"
+                )
+            cons: list[Constraint] = []
+            for i, c in enumerate(((claim.get("spec") or {}).get("devices") or {}).get("constraints") or []):
+                if c.get("matchAttribute"):
+                    cons.append(Constraint(set(c.get("requests") or []), str(c["matchAttribute"]), distinct=False))
+                elif c.get("distinctAttribute"):
+                    cons.append(Constraint(set(c.get("requests") or []), str(c["distinctAttribute"]), distinct=True))
+                else:
+                    raise AllocationAborted(f"claim {key}, constraint #{i}: empty constraint (unsupported constraint type?)")
+            self.constraints.append(cons)
+
+    def _prepare_all(self, ci: int, ri: int, si: int, req: Request) -> int:
+        key = claim_key(self.claims[ci])
+        found: list[tuple[Pool, Mapping[str, Any], Mapping[str, Any]]] = []
+        for pool in self.pools:
+            if pool.incomplete:
+                raise AllocationAborted(
+                    f"claim {key}, request {req.name}: asks for all devices, "
+                    f"but resource pool {pool.pool_id} is currently being updated"
+                )
+            if pool.invalid:
+                raise AllocationAborted(
+                    f"claim {key}, request {req.name}: asks for all devices, "
+                    f"but resource pool {pool.pool_id} is currently invalid"
+                )
+            for s in pool.slices:
+                for d in slice_spec(s).get("devices") or []:
+                    if self.selectable(ci, req, pool, s, d) and self.capacity_ok(req, pool, d)[0]:
+                        found.append((pool, s, d))
+        self.all_devices[(ci, ri, si)] = found
+        return len(found)
+
+    # -- per device -----------------------------------------------------------------------------
+    def dev_id(self, pool: Pool, d: Mapping[str, Any]) -> DeviceID:
+        """(driver, pool, device)."""
+        return (pool.driver, pool.name, str(d.get("name", "")))
+
+    def selectable(self, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any]) -> bool:
+        """``isSelectable``: class selectors, request selectors, per-device node selection (cached)."""
+        did = self.dev_id(pool, d)
+        if d.get("bindingConditions"):
+            pass  # the incubating allocator has binding conditions enabled
+        ck = (ci, req.name, did)
+        if ck in self.match_cache:
+            return self.match_cache[ck]
+        cls = self.classes.get(req.class_name) or {}
+        class_sels = [str((x.get("cel") or {}).get("expression", "")) for x in (cls.get("spec") or {}).get("selectors") or []]
+        ok = self._selectors(ci, did, d, class_sels, req.class_name) and self._selectors(ci, did, d, req.selectors, None)
+        if ok and slice_spec(s).get("perDeviceNodeSelection"):
+            ok = node_matches(self.node, {}, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector"))
+        self.match_cache[ck] = ok
+        return ok
+
+    def _selectors(self, ci: int, did: DeviceID, d: Mapping[str, Any], sels: list[str], class_name: str | None) -> bool:
+        where = f"class {class_name}" if class_name is not None else f"claim {claim_key(self.claims[ci])}"
+        for i, expr in enumerate(sels):
+            try:
+                sel = compile_cached(expr)
+            except CelError as err:
+                raise AllocationAborted(f"{where}: selector #{i}: CEL compile error: {err.message}") from None
+            try:
+                if not sel.matches_view(self.view(did, d)):
+                    return False
+            except CelError as err:
+                raise AllocationAborted(f"{where}: selector #{i}: CEL runtime error: {err.message}") from None
+        return True
+
+    def view(self, did: DeviceID, d: Mapping[str, Any]) -> DeviceView:
+        """The device as selectors see it (built once per attempt; answers are shared by projection)."""
+        v = self._views.get(did)
+        if v is None:
+            v = self._views[did] = DeviceView.of(d, did[0])
+        return v
+
+    def capacity_ok(self, req: Request, pool: Pool, d: Mapping[str, Any]) -> tuple[bool, str]:
+        """:func:`capacity_fits` against what the cluster and this attempt already consume of the device."""
+        did = self.dev_id(pool, d)
+        return capacity_fits(req, d, self.state.shared.get(did), self.allocating_capacity.get(did))
+
+    def in_use(self, did: DeviceID) -> bool:
+        """Allocated in the cluster (dedicated) or picked earlier in this attempt."""
+        return did in self.state.devices or bool(self.allocating.get(did))
+
+    def counters_fit(self, pool: Pool, d: Mapping[str, Any], reserve: bool) -> bool:
+        """``checkAvailableCounters``; reserves the device's counters if it fits and ``reserve``."""
+        avail = self.available_counters.get(pool.name)
+        if avail is None:
+            avail = {cs: dict(cnt) for cs, cnt in pool.counter_sets.items()}
+            for s in [*pool.slices, *pool.other_slices]:
+                for od in slice_spec(s).get("devices") or []:
+                    if not self.state.in_use(self.dev_id(pool, od)):
+                        continue
+                    for cc in od.get("consumesCounters") or []:
+                        cset = avail.get(str(cc.get("counterSet")), {})
+                        for n, c in (cc.get("counters") or {}).items():
+                            if n in cset:
+                                cset[n] = cset[n].sub(qty(c.get("value")))
+            self.available_counters[pool.name] = avail
+        consumed = self.consumed_counters.setdefault(pool.name, {})
+        self._counters_add(consumed, d, +1)
+        ok = all(v.cmp(consumed.get(cs, {}).get(n, qty("0"))) >= 0 for cs, cnt in avail.items() for n, v in cnt.items())
+        if not ok or not reserve:
+            self._counters_add(consumed, d, -1)
+        return ok
+
+    @staticmethod
+    def _counters_add(consumed: dict[str, dict[str, Quantity]], d: Mapping[str, Any], sign: int) -> None:
+        for cc in d.get("consumesCounters") or []:
+            cset = consumed.setdefault(str(cc.get("counterSet")), {})
+            for n, c in (cc.get("counters") or {}).items():
+                v = qty(c.get("value"))
+                cur = cset.get(n)
+                cset[n] = (v if sign > 0 else v.neg()) if cur is None else (cur.add(v) if sign > 0 else cur.sub(v))
+
+    # -- the search -----------------------------------------------------------------------------
+    def _one(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: tuple[int, int, int]) -> bool:  # noqa: PLR0911, PLR0912, PLR0917 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
+        if ci >= len(self.claims):
+            return True
+        if ri >= len(self.requests[ci]):
+            return self._one(ci + 1, 0, 0, 0, False, (0, 0, 0))
+        alts = self.requests[ci][ri]
+        if not in_sub and len(alts) > 1:
+            return any(self._one(ci, ri, s, 0, True, (0, 0, 0)) for s in range(len(alts)))
+        req = alts[si]
+        if req.mode == "All":
+            devices = self.all_devices[(ci, ri, si)]
+            if not devices:
+                return False
+            if di >= len(devices):
+                return self._one(ci, ri + 1, 0, 0, False, (0, 0, 0))
+            self._step()
+            pool, s, d = devices[di]
+            undo = self._allocate(ci, req, pool, s, d, must=True)
+            if undo is None:
+                return False
+            if self._one(ci, ri, si, di + 1, in_sub, (0, 0, 0)):
+                return True
+            undo()
+            return False
+        if di >= req.count:
+            return self._one(ci, ri + 1, 0, 0, False, (0, 0, 0))
+        if len(self.results[ci]) + req.count - di > MAX_RESULTS:
+            return False
+        for pi in range(start[0], len(self.pools)):
+            pool = self.pools[pi]
+            if pool.incomplete or pool.invalid:
+                continue
+            s0 = start[1] if pi == start[0] else 0
+            for sj in range(s0, len(pool.slices)):
+                s = pool.slices[sj]
+                devs = slice_spec(s).get("devices") or []
+                d0 = start[2] if (pi == start[0] and sj == start[1]) else 0
+                for dk in range(d0, len(devs)):
+                    self._step()
+                    d = devs[dk]
+                    did = self.dev_id(pool, d)
+                    if req.admin_access and ci in self.allocating.get(did, set()):
+                        continue
+                    if not req.admin_access and self.in_use(did):
+                        continue
+                    if not self.selectable(ci, req, pool, s, d):
+                        continue
+                    if not self.capacity_ok(req, pool, d)[0]:
+                        continue
+                    undo = self._allocate(ci, req, pool, s, d, must=False)
+                    if undo is None:
+                        continue
+                    if self._one(ci, ri, si, di + 1, in_sub, (pi, sj, dk + 1)):
+                        return True
+                    undo()
+        return False
+
+    def _step(self) -> None:
+        self.steps += 1
+        if self.steps > MAX_SEARCH_STEPS:
+            where = f"node {self.node}: " if self.node else ""
+            raise AllocationAborted(
+                f"{where}timed out trying to allocate devices (the simulation gave up after trying {MAX_SEARCH_STEPS} "
+                "devices; the scheduler gives up after its filter timeout, 10s by default)"
+            )
+
+    def _allocate(self, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any], *, must: bool) -> Any:  # noqa: PLR0911, PLR0912 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
+        did = self.dev_id(pool, d)
+        shared = bool(d.get("allowMultipleAllocations"))
+        if not shared and req.admin_access and ci in self.allocating.get(did, set()):
+            return None
+        if not req.admin_access and self.in_use(did):
+            return None
+        skip_counters = shared and (did in self.state.shared or did in self.allocating_capacity)
+        reserved = False
+        if not skip_counters and d.get("consumesCounters"):
+            if not self.counters_fit(pool, d, reserve=True):
+                return None
+            reserved = True
+        undo_steps: list[Any] = []
+        if reserved:
+            undo_steps.append(lambda: self._counters_add(self.consumed_counters[pool.name], d, -1))
+
+        def rollback() -> None:
+            for step in reversed(undo_steps):
+                step()
+
+        if untolerated_taint(d, req) is not None:
+            rollback()
+            return None
+        for c in self.constraints[ci]:
+            if not c.add(req, d, did):
+                rollback()
+                if must:
+                    raise AllocationAborted(
+                        f"claim {claim_key(self.claims[ci])}, request {req.name}: cannot add device "
+                        f"{did[0]}/{did[1]}/{did[2]} because a claim constraint would not be satisfied"
+                    )
+                return None
+            undo_steps.append(lambda c=c: c.remove(req))
+        if not shared:
+            self.allocating.setdefault(did, set()).add(ci)
+            undo_steps.append(lambda: self.allocating[did].discard(ci))
+        ok, _ = self.capacity_ok(req, pool, d)
+        if not ok:
+            rollback()
+            return None
+        consumed: dict[str, Quantity] = {}
+        if shared:
+            consumed = {n: consumed_capacity(req.capacity.get(n), cap) for n, cap in (d.get("capacity") or {}).items()}
+            existed = did in self.allocating_capacity
+            agg = self.allocating_capacity.setdefault(did, {})
+            for k, v in consumed.items():
+                agg[k] = agg[k].add(v) if k in agg else v
+
+            def drop() -> None:
+                # ConsumedCapacityCollection.Remove: subtract, forget the device once all is zero;
+                # an entry that predates this share stays (it marks the device as already shared).
+                cur = self.allocating_capacity.get(did)
+                if cur is not None:
+                    for k, v in consumed.items():
+                        if k in cur:
+                            cur[k] = cur[k].sub(v)
+                    if all(q.sign() == 0 for q in cur.values()):
+                        del self.allocating_capacity[did]
+                if existed and did not in self.allocating_capacity:
+                    self.allocating_capacity[did] = {}
+
+            undo_steps.append(drop)
+        n = len(self.results[ci])
+        self.results[ci].append(
+            Result(claim_key(self.claims[ci]), req.name, did[0], did[1], did[2], shared, consumed, req.admin_access)
+        )
+        undo_steps.append(lambda: self.results[ci].__delitem__(slice(n, None)))
+        return rollback

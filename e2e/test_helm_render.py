@@ -1,0 +1,344 @@
+"""The Helm chart (deploy/helm/dra-gpu) as Helm renders it: Helm's linter, the values schema, the manifests.
+
+The Helm CLI is built from source by ``e2e/helm/build.sh`` (version pinned in
+``e2e/helm/go.mod``); ``make test`` runs it. This module builds nothing: a missing binary fails
+with the script to run. What the API server does with the chart is in ``e2e/test_helm_install.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.appkit.flags import add_common_flags
+from dra_driver.core.driver import DEFAULT_DRIVER_NAME
+from dra_driver.core.mig import MigStrategy
+from dra_driver.sources.fake import PROFILES
+from e2e.helm_cli import CHART, PLUGIN, RELEASE, Helm, by_kind, env_of
+
+# -- Helm's linter and the values schema ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        ("gpus.fake.profile=h100x8",),
+        ("gpus.fake.profile=l4x4", "controller.enabled=true", "controller.nodeName=node-a", "deviceStatus.enabled=true"),
+        ("admissionPolicy.enabled=false", "deviceClasses.mig.enabled=false", "kubeletPlugin.healthcheckPort=-1"),
+        ("gpus.fake.profile=h100x8", "mig.strategy=dynamic", "gpus.fake.migLatency=zero", "kubeletPlugin.gcInterval=0"),
+        ("mig.strategy=static", "controller.enabled=true", "controller.nodeName=node-a"),
+        ("gpus.fake.profile=a100-80x1", "sharing.consumable=true", "controller.enabled=true", "controller.nodeName=node-a"),
+        ("sharing.consumable=true", "mig.strategy=static"),
+    ],
+    ids=[
+        "defaults",
+        "fake-h100x8",
+        "controller-and-status",
+        "minimal",
+        "mig-dynamic-fake",
+        "mig-static-nvml",
+        "consumable-fake",
+        "consumable-nvml-mig-static",
+    ],
+)
+def test_lint_strict_passes(helm: Helm, sets: tuple[str, ...]) -> None:
+    """``helm lint --strict`` (warnings are errors) accepts the chart with these values."""
+    args = ["lint", "--strict", str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    out = helm.run(*args).stdout
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize(
+    ("bad", "mentions"),
+    [
+        ("gpus.fake.profile=foo", "profile"),
+        ("driverName=GPU_Driver", "driverName"),
+        ("kubeletPlugin.healthcheckPort=70000", "healthcheckPort"),
+        ("sharing.consumable=yes", "consumable"),
+        # Both are fine alone; together the daemons would refuse to start.
+        ("sharing.consumable=true,mig.strategy=dynamic", "at '/mig/strategy': value must be one of 'none', 'static'"),
+        # The class config of the former placeholder class is gone; the old key is an error, not ignored.
+        ("deviceClasses.shared.timeSlicingInterval=Long", "timeSlicingInterval"),
+        ("kubeletPlugin.registrarDir=relative/dir", "registrarDir"),
+        ("kubeletPlugin.typo=1", "typo"),
+        ("controller.enabled=true", "nodeName"),
+        ("mig.strategy=auto", "/mig/strategy"),
+        ("mig.strategy=Dynamic", "/mig/strategy"),
+        ("gpus.fake.migLatency=slow", "migLatency"),
+        ("kubeletPlugin.gcInterval=-5", "gcInterval"),
+        ("kubeletPlugin.gcInterval=often", "gcInterval"),
+    ],
+)
+def test_schema_rejects_bad_values(helm: Helm, bad: str, mentions: str) -> None:
+    """values.schema.json stops a bad value before anything renders; the error names the value."""
+    for command in (["lint", "--strict"], ["template", RELEASE]):
+        proc = helm.run(*command, str(CHART), "--set", bad, check=False)
+        assert proc.returncode != 0, f"helm {command[0]} accepted {bad}"
+        assert mentions in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_schema_profiles_are_the_codes_profiles() -> None:
+    """The schema's fake profiles are exactly the ones the daemons know (plus "" for NVML)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    enum = schema["properties"]["gpus"]["properties"]["fake"]["properties"]["profile"]["enum"]
+    assert sorted(enum) == sorted(["", *PROFILES])
+
+
+def test_schema_mig_choices_are_the_daemons_flag_choices() -> None:
+    """mig.strategy and gpus.fake.migLatency allow exactly what --mig and --fake-mig-latency accept."""
+    parser = argparse.ArgumentParser()
+    add_common_flags(parser)
+    choices = {a.dest: sorted(a.choices or ()) for a in parser._actions}
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    assert sorted(schema["mig"]["properties"]["strategy"]["enum"]) == choices["mig"] == sorted(m.value for m in MigStrategy)
+    latency = schema["gpus"]["properties"]["fake"]["properties"]["migLatency"]["enum"]
+    assert sorted(latency) == choices["fake_mig_latency"]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["mig"]["strategy"] == MigStrategy.NONE.value  # off unless asked for
+    assert values["gpus"]["fake"]["migLatency"] == parser.get_default("fake_mig_latency")
+
+
+def test_values_default_driver_name_is_the_codes() -> None:
+    """The chart's default driverName is the daemons' default (dra_driver.core.driver)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["driverName"] == DEFAULT_DRIVER_NAME
+
+
+# -- What renders ------------------------------------------------------------------------------
+
+
+def test_daemonset_fake_mode(helm: Helm) -> None:
+    """Fake GPUs: the flags as env vars, per-pod sockets, surge update, gRPC liveness, no privilege."""
+    docs = helm.template("gpus.fake.profile=h100x8")
+    ds = by_kind(docs, "DaemonSet")[PLUGIN]
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == PLUGIN
+    assert pod["priorityClassName"] == "system-node-critical"
+    (c,) = pod["containers"]
+    assert c["command"] == ["dra-gpu-kubelet-plugin"]
+    assert env_of(c) == {
+        "NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+        "POD_UID": {"fieldRef": {"fieldPath": "metadata.uid"}},
+        "DRIVER_NAME": DEFAULT_DRIVER_NAME,
+        "LOG_LEVEL": "info",
+        "MIG_STRATEGY": "none",
+        "SHARING": "none",
+        "FAKE_GPUS": "h100x8",
+        "FAKE_MIG_LATENCY": "realistic",
+        "CDI_ROOT": "/var/run/cdi",
+        "REGISTRAR_DIR": "/var/lib/kubelet/plugins_registry",
+        "PLUGIN_DIR": f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}",
+        "HEALTHCHECK_PORT": "51515",
+        "PUBLISH_SLICES": "true",
+        "GC_INTERVAL": "600",
+    }
+    assert c["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}
+    sc = c["securityContext"]
+    assert sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    # Host paths are mounted at the same paths inside; no driver root without NVML.
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    expected = {
+        "plugins-registry": "/var/lib/kubelet/plugins_registry",
+        "plugins": "/var/lib/kubelet/plugins",
+        "cdi": "/var/run/cdi",
+    }
+    assert mounts == expected
+    assert host == expected
+
+
+def test_daemonset_nvml_mode(helm: Helm) -> None:
+    """Real GPUs (the default): privileged, the driver root mounted read-only, no FAKE_GPUS."""
+    docs = helm.template("gpus.nvml.driverRoot=/run/nvidia/driver", "driverName=gpu.example.org")
+    pod = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["securityContext"] == {"privileged": True}
+    env = env_of(c)
+    assert "FAKE_GPUS" not in env
+    assert "FAKE_MIG_LATENCY" not in env  # the simulator's knob means nothing on real GPUs
+    assert env["MIG_STRATEGY"] == "none"
+    assert env["PLUGIN_DIR"] == "/var/lib/kubelet/plugins/gpu.example.org"
+    assert env["LD_LIBRARY_PATH"] == "/run/dra-gpu/nvml"
+    assert c["command"][:2] == ["/bin/sh", "-ec"]
+    assert c["command"][2].rstrip().endswith("exec dra-gpu-kubelet-plugin")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["driver-root"]["hostPath"]["path"] == "/run/nvidia/driver"
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "driver-root")
+    assert mount["readOnly"] is True
+    assert mount["mountPropagation"] == "HostToContainer"
+
+
+def rule_set(rules: Sequence[Mapping[str, Any]]) -> set[tuple[tuple[str, ...], ...]]:
+    """ClusterRole rules as a set of (apiGroups, resources, resourceNames, verbs, nonResourceURLs), order-free."""
+    keys = ("apiGroups", "resources", "resourceNames", "verbs", "nonResourceURLs")
+    out = {tuple(tuple(sorted(rule.get(k) or ())) for k in keys) for rule in rules}
+    assert len(out) == len(rules), rules  # no rule twice
+    assert all(set(rule) <= set(keys) for rule in rules), rules
+    return out
+
+
+def rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str], names: Sequence[str] = ()) -> dict[str, Any]:
+    """One ClusterRole rule (for ``rule_set``)."""
+    r: dict[str, Any] = {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+    if names:
+        r["resourceNames"] = list(names)
+    return r
+
+
+# What the kubelet plugin calls (dra_driver/kube): claims_api GETs one claim and its Node and
+# POSTs an Event; slices_api lists and watches with a field selector, creates, replaces (PUT) and
+# deletes slices and GETs the Node. Nothing GETs a single slice, lists claims or patches events.
+PLUGIN_RULES = [
+    rule(["resource.k8s.io"], ["resourceclaims"], ["get"]),
+    rule(["resource.k8s.io"], ["resourceslices"], ["list", "watch", "create", "update", "delete"]),
+    rule([""], ["nodes"], ["get"]),
+    rule([""], ["events"], ["create"]),
+]
+
+
+def test_rbac_least_privilege(helm: Helm) -> None:
+    """The plugin's ClusterRole is exactly what it calls; claim status only when asked, for its driver only;
+    the webhook has no role and no token."""
+    assert rule_set(by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES)
+
+    status_rules = [
+        rule(["resource.k8s.io"], ["resourceclaims/status"], ["update", "patch"]),
+        rule(
+            ["resource.k8s.io"], ["resourceclaims/driver"], ["associated-node:update", "associated-node:patch"],
+            names=[DEFAULT_DRIVER_NAME],
+        ),
+    ]  # fmt: skip
+    rules = by_kind(helm.template("deviceStatus.enabled=true"), "ClusterRole")[PLUGIN]["rules"]
+    assert rule_set(rules) == rule_set(PLUGIN_RULES + status_rules)
+
+    # Everything on: the only roles are the plugin's and the controller's; the webhook reads nothing
+    # from the API server, so it has no role and its pod mounts no token.
+    docs = helm.template("webhook.enabled=true", "controller.enabled=true", "controller.nodeName=node-x")
+    assert set(by_kind(docs, "ClusterRole")) == {PLUGIN, "dra-gpu-controller"}
+    assert set(by_kind(docs, "ClusterRoleBinding")) == {PLUGIN, "dra-gpu-controller"}
+    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+    assert by_kind(docs, "ServiceAccount")["dra-gpu-webhook"]["automountServiceAccountToken"] is False
+    webhook_pod = by_kind(docs, "Deployment")["dra-gpu-webhook"]["spec"]["template"]["spec"]
+    assert webhook_pod["automountServiceAccountToken"] is False
+
+
+def test_mig_values_reach_both_daemons(helm: Helm) -> None:
+    """mig.strategy goes to the plugin and the controller, migLatency with fake GPUs only, gcInterval to the plugin."""
+    docs = helm.template(
+        "gpus.fake.profile=h100x8", "mig.strategy=dynamic", "gpus.fake.migLatency=zero", "kubeletPlugin.gcInterval=45",
+        "controller.enabled=true", "controller.nodeName=node-x",
+    )  # fmt: skip
+    (plugin,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    (ctl,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    p_env, c_env = env_of(plugin), env_of(ctl)
+    assert (p_env["MIG_STRATEGY"], p_env["FAKE_MIG_LATENCY"], p_env["GC_INTERVAL"]) == ("dynamic", "zero", "45")
+    assert (c_env["MIG_STRATEGY"], c_env["FAKE_MIG_LATENCY"]) == ("dynamic", "zero")
+    assert "GC_INTERVAL" not in c_env  # the controller prepares nothing, so it has nothing to collect
+
+    nvml = helm.template("mig.strategy=static", "controller.enabled=true", "controller.nodeName=node-x")
+    for container in (
+        by_kind(nvml, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"][0],
+        by_kind(nvml, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"][0],
+    ):
+        env = env_of(container)
+        assert env["MIG_STRATEGY"] == "static"
+        assert "FAKE_MIG_LATENCY" not in env
+
+
+def test_mig_device_class_selects_mig_devices(helm: Helm) -> None:
+    """The mig.<driver> class is a real class for type "mig" devices; it can be switched off."""
+    classes = by_kind(helm.template("driverName=gpu.example.org"), "DeviceClass")
+    expr = classes["mig.gpu.example.org"]["spec"]["selectors"][0]["cel"]["expression"]
+    assert expr == "device.driver == 'gpu.example.org' && device.attributes['gpu.example.org'].type == 'mig'"
+    assert "mig.gpu.example.org" not in by_kind(helm.template("deviceClasses.mig.enabled=false"), "DeviceClass")
+
+
+def test_consumable_sharing_reaches_both_daemons_and_renders_the_shared_class(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sharing.consumable sets SHARING=consumable on the plugin and the controller (their flag parsers read it so)
+    and renders shared.<driver>, which selects this driver's devices that allow multiple allocations (and nothing
+    else: no class config)."""
+    from controller.main import parse as parse_controller
+    from kubelet_plugin.settings import parse as parse_plugin
+
+    docs = helm.template(
+        "gpus.fake.profile=a100-80x1", "sharing.consumable=true", "driverName=gpu.example.org",
+        "controller.enabled=true", "controller.nodeName=node-x",
+    )  # fmt: skip
+    (plugin,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    (ctl,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    assert env_of(plugin)["SHARING"] == env_of(ctl)["SHARING"] == "consumable"
+    monkeypatch.setenv("SHARING", "consumable")
+    monkeypatch.setenv("NODE_NAME", "node-x")
+    assert parse_plugin([]).consumable is True
+    assert parse_controller([]).consumable is True
+    shared = by_kind(docs, "DeviceClass")["shared.gpu.example.org"]
+    assert shared["spec"] == {
+        "selectors": [{"cel": {"expression": "device.driver == 'gpu.example.org' && device.allowMultipleAllocations == true"}}]
+    }
+
+    # Off (the default): GPUs are allocated whole, no daemon is told otherwise, and no class selects shares.
+    off = helm.template("controller.enabled=true", "controller.nodeName=node-x")
+    assert "shared.gpu.dra-gpu.dev" not in by_kind(off, "DeviceClass")
+    (plugin,) = by_kind(off, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    (ctl,) = by_kind(off, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    assert env_of(plugin)["SHARING"] == env_of(ctl)["SHARING"] == "none"
+    # The class can be left out while the GPUs are still published for sharing.
+    without_class = helm.template("sharing.consumable=true", "deviceClasses.shared.enabled=false")
+    assert "shared.gpu.dra-gpu.dev" not in by_kind(without_class, "DeviceClass")
+
+
+def test_controller_renders_only_when_enabled(helm: Helm) -> None:
+    """The standalone controller is off by default; on, it gets its own account and node-pinned policy."""
+    assert "Deployment" not in {d["kind"] for d in helm.template()}
+    docs = helm.template("controller.enabled=true", "controller.nodeName=node-x", "gpus.fake.profile=a100x8")
+    (c,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    assert c["command"] == ["dra-gpu-controller"]
+    assert env_of(c)["NODE_NAME"] == "node-x"
+    policy = by_kind(docs, "ValidatingAdmissionPolicy")["dra-gpu-controller-resourceslices"]
+    assert {"name": "allowedNode", "expression": "'node-x'"} in policy["spec"]["variables"]
+
+
+def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The env the chart sets is accepted by the daemons' own flag parsers and means what the values say."""
+    from controller.main import parse as parse_controller
+    from kubelet_plugin.settings import parse as parse_plugin
+
+    docs = helm.template(
+        "gpus.fake.profile=b200x8", "driverName=gpu.example.org", "logLevel=debug", "kubeletPlugin.healthcheckPort=6000",
+        "controller.enabled=true", "controller.nodeName=node-ctl", "mig.strategy=dynamic", "gpus.fake.migLatency=zero",
+        "kubeletPlugin.gcInterval=30",
+    )  # fmt: skip
+    (plugin,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    downward = {"NODE_NAME": "node-a", "POD_UID": "0f7c2d4e-1b2a-4c3d-9e8f-a1b2c3d4e5f6"}
+    for name, value in env_of(plugin).items():
+        monkeypatch.setenv(name, downward[name] if isinstance(value, dict) else value)
+    s = parse_plugin([])
+    assert (s.node_name, s.pod_uid, s.driver_name, s.fake_gpus) == ("node-a", downward["POD_UID"], "gpu.example.org", "b200x8")
+    assert (s.healthcheck_port, s.log_level, s.publish_slices) == (6000, "debug", True)
+    assert str(s.plugin_dir) == "/var/lib/kubelet/plugins/gpu.example.org"
+    assert (str(s.registrar_dir), str(s.cdi_root)) == ("/var/lib/kubelet/plugins_registry", "/var/run/cdi")
+    assert (s.mig, s.fake_mig_latency, s.gc_interval_s, s.consumable) == (MigStrategy.DYNAMIC, "zero", 30.0, False)
+    # The simulated GPUs' state lives in the plugin dir, a host path: it survives a plugin restart.
+    assert str(s.fake_gpu_state_dir) == "/var/lib/kubelet/plugins/gpu.example.org/fake-gpus"
+
+    (ctl,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    for name in env_of(plugin):
+        monkeypatch.delenv(name)
+    for name, value in env_of(ctl).items():
+        monkeypatch.setenv(name, value)
+    cs = parse_controller([])
+    assert (cs.node_name, cs.driver_name, cs.fake_gpus, cs.log_level) == ("node-ctl", "gpu.example.org", "b200x8", "debug")
+    assert cs.mig is MigStrategy.DYNAMIC
+    assert cs.consumable is False
