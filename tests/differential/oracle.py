@@ -54,6 +54,8 @@ class Celdiff:
         if self._proc.stdin is not None:
             self._proc.stdin.close()
         self._proc.wait(timeout=30)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
 
 def selector_case(driver: str, device: Mapping[str, Any], expression: str) -> dict[str, Any]:
@@ -107,9 +109,10 @@ def allocate_case(
 def python_allocate(case: Mapping[str, Any]) -> dict[str, Any]:
     """dra-gpu's simulated allocation for an ``allocate`` case, shaped like celdiff's answer."""
     classes = {str(c["metadata"]["name"]): c for c in case["classes"]}
-    pools = gather_pools(case["slices"], case["node"], case.get("nodeLabels") or {})
+    labels = case.get("nodeLabels") or {}
+    pools = gather_pools(case["slices"], case["node"], labels)
     state = AllocatedState.from_claims(case["allocated"])
-    outcome = NodeAllocator(case["claims"], classes, pools, state, case["node"]).run()
+    outcome = NodeAllocator(case["claims"], classes, pools, state, case["node"], labels=labels).run()
     if outcome.error is not None:
         return {"outcome": "error", "class": "abort", "message": outcome.error}
     if outcome.results is None:

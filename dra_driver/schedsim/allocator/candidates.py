@@ -62,7 +62,7 @@ def _explain_device(a: NodeAllocator, ci: int, req: Request, pool: Pool, s: Mapp
             if not ok:
                 return Candidate(a.node, name, "no-match", f"{where} selector #{i} is false: {expr}")
     if slice_spec(s).get("perDeviceNodeSelection") and not node_matches(
-        a.node, {}, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector")
+        a.node, a.labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector")
     ):
         return Candidate(a.node, name, "unavailable", "device is not available on this node")
     ok, why = a.capacity_ok(req, pool, d)

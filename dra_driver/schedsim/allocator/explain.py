@@ -8,6 +8,7 @@ name), or the reason none does. ``Explanation.to_json()`` is the stable contract
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from dra_driver.schedsim.allocator.candidates import explain_request
 from dra_driver.schedsim.allocator.model import AllocatedState, Candidate, NodeOutcome, claim_key, claim_requests
 from dra_driver.schedsim.allocator.objects import read_allocated, read_claim, read_class, read_node_labels, read_slice
 from dra_driver.schedsim.allocator.pools import gather_pools
-from dra_driver.schedsim.allocator.simulate import NodeAllocator
+from dra_driver.schedsim.allocator.simulate import SEARCH_BUDGET_S, NodeAllocator
 from dra_driver.schedsim.allocator.validate import (
     MAX_ALLOCATED_CLAIMS,
     MAX_CLASSES,
@@ -69,16 +70,26 @@ class Explanation:
         }
 
 
-def nodes_of(slices: Sequence[Mapping[str, Any]]) -> list[str | None]:
-    """Node names the slices name (sorted); ``[None]`` when none does (allNodes/selector only)."""
+def nodes_of(slices: Sequence[Mapping[str, Any]], node_labels: Mapping[str, Any] | None = None) -> list[str | None]:
+    """Node names to simulate (sorted); ``[None]`` when nothing names one.
+
+    The nodes the slices name (``nodeName`` of a slice or, with per-device node selection, of a
+    device), and, when some slice selects nodes by label or takes all nodes, every node whose
+    labels are known (``node_labels``: live mode reads them from the cluster).
+    """
     names: set[str] = set()
+    by_label = False
     for s in slices:
         sp = s.get("spec") or {}
         if sp.get("nodeName"):
             names.add(str(sp["nodeName"]))
+        elif not sp.get("sharedCounters"):
+            by_label = True
         for d in sp.get("devices") or []:
             if d.get("nodeName"):
                 names.add(str(d["nodeName"]))
+    if by_label:
+        names.update(node_labels or {})
     out: list[str | None] = [*sorted(names)]
     return out if out else [None]
 
@@ -143,11 +154,12 @@ def _simulate(
     state = AllocatedState.from_claims(allocated)
     outcomes: list[NodeOutcome] = []
     cands: dict[tuple[int, str], list[Candidate]] = {}
-    for node in nodes_of(slices):
+    deadline = time.monotonic() + SEARCH_BUDGET_S
+    for node in nodes_of(slices, node_labels):
         labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
         pools = gather_pools(slices, node, labels)
-        outcomes.append(NodeAllocator(pending, classes, pools, state, node).run())
-        probe = NodeAllocator(pending, classes, pools, state, node)
+        outcomes.append(NodeAllocator(pending, classes, pools, state, node, labels=labels, deadline=deadline).run())
+        probe = NodeAllocator(pending, classes, pools, state, node, labels=labels)
         for ci, c in enumerate(pending):
             for alts in claim_requests(c):
                 for req in alts:

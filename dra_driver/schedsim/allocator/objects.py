@@ -16,6 +16,7 @@ from dra_driver.schedsim.allocator.validate import (
     MAX_ATTRIBUTE_VALUE_LENGTH,
     MAX_ATTRIBUTE_VALUES,
     MAX_ATTRIBUTES_AND_CAPACITIES,
+    MAX_BINDING_CONDITIONS,
     MAX_CONSTRAINTS,
     MAX_CONSUMPTIONS_PER_DEVICE,
     MAX_COUNTER_SETS,
@@ -197,6 +198,13 @@ def _device(r: Reader, v: Any, path: str) -> dict[str, Any]:
     _put(out, "nodeName", r.text(m.get("nodeName"), f"{path}.nodeName"))
     _put(out, "allNodes", r.flag(m.get("allNodes"), f"{path}.allNodes"))
     _put(out, "nodeSelector", node_selector(r, m.get("nodeSelector"), f"{path}.nodeSelector"))
+    for key in ("bindingConditions", "bindingFailureConditions"):  # present (even empty) is what the allocator asks
+        if m.get(key) is not None:
+            out[key] = [
+                r.text(c, f"{path}.{key}[{i}]", MAX_STRING_LENGTH) or ""
+                for i, c in enumerate(r.seq(m[key], f"{path}.{key}", MAX_BINDING_CONDITIONS))
+            ]
+    _put(out, "bindsToNode", r.flag(m.get("bindsToNode"), f"{path}.bindsToNode"))
     return out
 
 

@@ -4,7 +4,8 @@ Called by the allocator (``simulate.py``: :func:`gather_pools` per node, the dev
 ``explain.py``. A pool is the slices of one (driver, pool name) at their highest generation that
 target the node (``nodeName``, ``allNodes``, a node selector, or per-device node selection);
 one with fewer slices than it declares is incomplete, one with duplicate device names or
-counters that do not exist is invalid. Inputs are trusted to have the shapes ``validate.py`` checks.
+counters that do not exist is invalid. Pools go by (driver, pool name), those whose devices carry
+binding conditions last. Inputs are trusted to have the shapes ``validate.py`` checks.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ class Pool:
     counter_sets: dict[str, dict[str, Quantity]] = field(default_factory=dict)
     incomplete: str = ""
     invalid: str = ""
+
+    @property
+    def has_binding_conditions(self) -> bool:
+        """``poolHasBindingConditions``: a device of a slice targeting the node sets ``bindingConditions``."""
+        return any(d.get("bindingConditions") is not None for s in self.slices for d in slice_spec(s).get("devices") or [])
 
     @property
     def pool_id(self) -> str:
@@ -124,7 +130,9 @@ def gather_pools(slices: Sequence[Mapping[str, Any]], node: str | None, labels: 
                 )
                 continue
         pools.append(_build_pool(driver, name, mine, all_slices))
-    pools.sort(key=lambda p: (p.driver, p.name))
+    # By (driver, pool), complete pools with binding-condition devices after all others (the
+    # incubating allocator tries devices that need no binding step first).
+    pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
     return pools
 
 

@@ -14,6 +14,7 @@ and capacity checked by ``checks.py``, constraints kept by ``constraints.py``;
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,6 +38,10 @@ MAX_RESULTS = 32  # resourceapi.AllocationResultsMaxSize
 # Devices the search may try on one node before it gives up, as the scheduler gives up after its
 # filter timeout (10s by default): a search that backtracks over many devices is exponential.
 MAX_SEARCH_STEPS = 100_000
+# Seconds one explanation may search in all (every node together): a bound on the wall clock
+# besides the bound on steps, so no input makes `dra-gpu explain` hang.
+SEARCH_BUDGET_S = 30.0
+_CLOCK_EVERY = 256  # steps between looks at the clock
 
 
 _COMPILE_FAILURES: dict[str, CelCompileError] = {}
@@ -65,6 +70,15 @@ class AllocationAborted(Exception):
     """The scheduler's Filter error: the whole attempt stops (not "unsuitable node")."""
 
 
+class _LimitExceeded(Exception):
+    """Taking the current request's devices would put the claim over ``MAX_RESULTS``.
+
+    Raised through the search like Go's ``errAllocationResultMaxSizeExceeded``: no other device of
+    an earlier request of the claim can help, so backtracking goes straight to the nearest
+    ``firstAvailable`` choice (which may need fewer devices) or to the previous claim.
+    """
+
+
 class NodeAllocator:
     """One attempt for one pod on one node: the scheduler's ``Allocate``."""
 
@@ -75,8 +89,13 @@ class NodeAllocator:
         pools: list[Pool],
         state: AllocatedState,
         node: str | None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.claims, self.classes, self.pools, self.state, self.node = claims, classes, pools, state, node
+        self.labels: Mapping[str, str] = labels or {}  # the node's labels, for per-device node selectors
+        self.deadline = deadline  # time.monotonic() past which the search gives up (None: no clock bound)
         self.requests = [claim_requests(c) for c in claims]
         self.match_cache: dict[tuple[int, str, DeviceID], bool] = {}
         self.allocating: dict[DeviceID, set[int]] = {}
@@ -94,7 +113,10 @@ class NodeAllocator:
         """Allocate or say why not; never raises for selector errors (they become ``error``)."""
         try:
             self._validate()
-            done = self._one(0, 0, 0, 0, False, (0, 0, 0))
+            try:
+                done = self._one(0, 0, 0, 0, False, (0, 0, 0))
+            except _LimitExceeded:  # only a first claim whose every alternative is over the limit gets here
+                raise AllocationAborted("allocation max size exceeded") from None
         except AllocationAborted as err:
             return NodeOutcome(self.node, None, str(err), str(err))
         if not done:
@@ -175,16 +197,14 @@ class NodeAllocator:
     def selectable(self, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any]) -> bool:
         """``isSelectable``: class selectors, request selectors, per-device node selection (cached)."""
         did = self.dev_id(pool, d)
-        if d.get("bindingConditions"):
-            pass  # the incubating allocator has binding conditions enabled
-        ck = (ci, req.name, did)
+        ck = (ci, req.name, did)  # binding conditions need no check: the incubating allocator has them enabled
         if ck in self.match_cache:
             return self.match_cache[ck]
         cls = self.classes.get(req.class_name) or {}
         class_sels = [str((x.get("cel") or {}).get("expression", "")) for x in (cls.get("spec") or {}).get("selectors") or []]
         ok = self._selectors(ci, did, d, class_sels, req.class_name) and self._selectors(ci, did, d, req.selectors, None)
         if ok and slice_spec(s).get("perDeviceNodeSelection"):
-            ok = node_matches(self.node, {}, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector"))
+            ok = node_matches(self.node, self.labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector"))
         self.match_cache[ck] = ok
         return ok
 
@@ -254,10 +274,13 @@ class NodeAllocator:
         if ci >= len(self.claims):
             return True
         if ri >= len(self.requests[ci]):
-            return self._one(ci + 1, 0, 0, 0, False, (0, 0, 0))
+            try:
+                return self._one(ci + 1, 0, 0, 0, False, (0, 0, 0))
+            except _LimitExceeded:  # not fatal: another allocation of this claim may leave room
+                return False
         alts = self.requests[ci][ri]
         if not in_sub and len(alts) > 1:
-            return any(self._one(ci, ri, s, 0, True, (0, 0, 0)) for s in range(len(alts)))
+            return self._first_available(ci, ri, len(alts))
         req = alts[si]
         if req.mode == "All":
             devices = self.all_devices[(ci, ri, si)]
@@ -270,14 +293,11 @@ class NodeAllocator:
             undo = self._allocate(ci, req, pool, s, d, must=True)
             if undo is None:
                 return False
-            if self._one(ci, ri, si, di + 1, in_sub, (0, 0, 0)):
-                return True
-            undo()
-            return False
+            return self._one_or_undo(undo, ci, ri, si, di + 1, in_sub, (0, 0, 0))
         if di >= req.count:
             return self._one(ci, ri + 1, 0, 0, False, (0, 0, 0))
         if len(self.results[ci]) + req.count - di > MAX_RESULTS:
-            return False
+            raise _LimitExceeded  # back to the nearest firstAvailable choice, or the claim before
         for pi in range(start[0], len(self.pools)):
             pool = self.pools[pi]
             if pool.incomplete or pool.invalid:
@@ -302,13 +322,49 @@ class NodeAllocator:
                     undo = self._allocate(ci, req, pool, s, d, must=False)
                     if undo is None:
                         continue
-                    if self._one(ci, ri, si, di + 1, in_sub, (pi, sj, dk + 1)):
+                    if self._one_or_undo(undo, ci, ri, si, di + 1, in_sub, (pi, sj, dk + 1)):
                         return True
-                    undo()
+        return False
+
+    def _one_or_undo(  # noqa: PLR0917 - _one's position, plus the undo of the device just taken
+        self, undo: Any, ci: int, ri: int, si: int, di: int, in_sub: bool, start: tuple[int, int, int]
+    ) -> bool:
+        """``_one`` after taking a device; the device is given back unless that completed the allocation."""
+        try:
+            if self._one(ci, ri, si, di, in_sub, start):
+                return True
+        except _LimitExceeded:
+            undo()
+            raise
+        undo()
+        return False
+
+    def _first_available(self, ci: int, ri: int, n: int) -> bool:
+        """A request's subrequests in order until one completes every remaining request and claim.
+
+        A subrequest that would put the claim over its device limit is skipped at once; when
+        every one would, the limit goes back to the request before (``errAllocationResultMaxSizeExceeded``).
+        """
+        all_exceeded = True
+        for si in range(n):
+            try:
+                if self._one(ci, ri, si, 0, True, (0, 0, 0)):
+                    return True
+            except _LimitExceeded:
+                continue
+            all_exceeded = False
+        if all_exceeded:
+            raise _LimitExceeded
         return False
 
     def _step(self) -> None:
         self.steps += 1
+        if self.deadline is not None and self.steps % _CLOCK_EVERY == 0 and time.monotonic() > self.deadline:
+            where = f"node {self.node}: " if self.node else ""
+            raise AllocationAborted(
+                f"{where}could not decide within {SEARCH_BUDGET_S:.0f}s (the simulation stopped after trying {self.steps} "
+                "devices; the scheduler gives up after its filter timeout, 10s by default)"
+            )
         if self.steps > MAX_SEARCH_STEPS:
             where = f"node {self.node}: " if self.node else ""
             raise AllocationAborted(

@@ -30,6 +30,7 @@ MAX_ATTRIBUTES_AND_CAPACITIES = 32  # ResourceSliceMaxAttributesAndCapacitiesPer
 MAX_ATTRIBUTE_VALUES = 48  # ResourceSliceMaxAttributeValuesPerDevice
 MAX_ATTRIBUTE_VALUE_LENGTH = 64  # DeviceAttributeMaxValueLength
 MAX_TAINTS = 16  # DeviceTaintsMaxLength
+MAX_BINDING_CONDITIONS = 4  # BindingConditionsMaxSize (also BindingFailureConditionsMaxSize)
 MAX_VALID_VALUES = 10  # CapacityRequestPolicy.ValidValues
 MAX_REQUESTS = 32  # DeviceRequestsMaxSize
 MAX_SUBREQUESTS = 8  # FirstAvailableDeviceRequestMaxSize
