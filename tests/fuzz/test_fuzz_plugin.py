@@ -93,10 +93,10 @@ def make_state(root: Path, claims: Claims) -> DeviceState:
     return state
 
 
-def test_hostile_claims_get_their_own_answer_and_never_disturb_a_good_one(tmp_path: Path) -> None:
+def test_hostile_claims_get_their_own_answer_and_never_disturb_a_good_one(state_dir: Path) -> None:
     claims = Claims()
-    state = make_state(tmp_path, claims)
-    cdi = CdiStore(tmp_path / "cdi", DRIVER)
+    state = make_state(state_dir, claims)
+    cdi = CdiStore(state_dir / "cdi", DRIVER)
     rng = random.Random(harness.seed_for("plugin-claims"))
 
     def inputs() -> Iterator[Any]:
@@ -158,9 +158,9 @@ def random_request(rng: random.Random) -> v1.NodePrepareResourcesRequest:
     return req
 
 
-def test_hostile_grpc_requests_get_one_answer_per_uid(tmp_path: Path) -> None:
+def test_hostile_grpc_requests_get_one_answer_per_uid(state_dir: Path) -> None:
     claims = Claims()
-    servicer = DraV1Servicer(make_state(tmp_path, claims))
+    servicer = DraV1Servicer(make_state(state_dir, claims))
     rng = random.Random(harness.seed_for("plugin-grpc"))
 
     def call(req: v1.NodePrepareResourcesRequest) -> None:
