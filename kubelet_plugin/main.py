@@ -197,7 +197,6 @@ def run(settings: Settings, stop: threading.Event) -> int:
     stop.wait()
     log.info("plugin_stopping")
     _shutdown(servers, publisher_thread)
-    log.info("plugin_stopped")
     return 0
 
 

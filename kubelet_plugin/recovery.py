@@ -26,7 +26,7 @@ from dataclasses import replace
 
 import structlog
 
-from dra_driver.core.checkpoint import Checkpoint, ClaimEntry, ClaimState
+from dra_driver.core.checkpoint import Checkpoint, ClaimEntry, ClaimState, MigRecord
 from dra_driver.core.claims import ClaimError, validate_claim_uid
 from dra_driver.core.mig import MigInstance
 from dra_driver.core.mig_publish import DeviceTarget
@@ -119,12 +119,13 @@ class Recovery:
         """
         live = self._mig.dynamic_instances() if self._mig is not None else []
         on_disk = self._cdi.claim_uids()
-        finished = sorted(uid for uid, entry in cp.claims.items() if self._unprepared(uid, entry, live, on_disk))
+        finished = sorted(uid for uid, entry in cp.claims.items() if self._unprepared(uid, entry, cp.claims, live, on_disk))
         claims = {uid: entry for uid, entry in cp.claims.items() if uid not in finished}
         from_previous = len(claims)
+        completed = [r for e in claims.values() if e.state is ClaimState.PREPARE_COMPLETED for r in e.mig_records()]
         for uid, entry in claims.items():
-            if entry.state is ClaimState.PREPARE_STARTED and not entry.recovered:
-                claims[uid] = replace(entry, recovered=True)
+            if entry.state is ClaimState.PREPARE_STARTED:
+                claims[uid] = replace(entry, recovered=True, mig_intents=self._found(entry, live, completed))
         for uid in finished:
             log.warning("claim_unprepared_before_loss_forgotten", claim_uid=uid, namespace=cp.claims[uid].namespace)
         by_uuid = {inst.uuid: inst for inst in live if inst.uuid}
@@ -146,8 +147,8 @@ class Recovery:
         unowned = [i for i in live if not owned(i, held) and (i.parent_uuid, i.profile_id, i.placement.start) not in owned_places]
         kept = ", ".join(f"{i.parent_uuid}/gi{i.gi_id} {i.profile_name}@{i.placement.start}" for i in unowned)
         message = (
-            f"checkpoint rebuilt without destroying anything: {from_previous} claim(s) from the previous generation, "
-            f"{len(finished)} of its claim(s) found unprepared since and forgotten ({', '.join(finished) or 'none'}), "
+            f"checkpoint rebuilt without destroying anything: {from_previous} claim(s) kept from the previous generation, "
+            f"{len(finished)} found unprepared since and forgotten ({', '.join(finished) or 'none'}), "
             f"{len(adopted)} adopted from CDI specs ({', '.join(adopted) or 'none'}); "
             f"{len(unowned)} MIG instance(s) no claim is known to own kept in place"
             + (f" ({kept})" if unowned else "")
@@ -156,17 +157,40 @@ class Recovery:
         self.tell(Notice("CheckpointRebuilt", message))
         return replace(cp, claims=claims)
 
-    def _unprepared(self, uid: str, entry: ClaimEntry, live: list[MigInstance], on_disk: set[str]) -> bool:
+    def _found(self, entry: ClaimEntry, live: list[MigInstance], completed: list[MigRecord]) -> tuple[MigRecord, ...]:
+        """A started claim's intents, each with the ids of the live instance at its placement (if any).
+
+        Its prepare may have carved them and been answered before the loss: with ids, the claim
+        owns its instances, so a later trusted start's sweep keeps them. An instance a completed
+        claim's records name is not taken.
+        """
+        out: list[MigRecord] = []
+        for intent in entry.mig_intents:
+            inst = None
+            if intent.gi_id is None:
+                at = (intent.parent_uuid, intent.profile_id, intent.start)
+                inst = next(
+                    (i for i in live if (i.parent_uuid, i.profile_id, i.placement.start) == at and not owned(i, completed)), None
+                )
+            out.append(MigOps.record_of(inst) if inst is not None else intent)
+        return tuple(out)
+
+    def _unprepared(
+        self, uid: str, entry: ClaimEntry, claims: Mapping[str, ClaimEntry], live: list[MigInstance], on_disk: set[str]
+    ) -> bool:
         """True for a completed claim of an older generation that was unprepared since: nothing of it is left.
 
         Unprepare undoes sharing and destroys MIG instances before it removes the CDI spec, and a
         completed claim always had its spec: a claim with no spec, no live MIG instance (by MIG
-        UUID: its GI id may be reused by now) and no running MPS daemon holds nothing a container
-        could use. Keeping it would make its stale records shield, or later destroy, what other
-        claims carve.
+        UUID: its GI id may be reused by now) and no running MPS daemon of its own (a daemon other
+        claims list runs for them) holds nothing a container could use. Keeping it would make its
+        stale records shield, or later destroy, what other claims carve, and its devices would stay
+        held: the plugin would refuse the next claim allocated them until the GC (two passes)
+        removed it. A spec is removed only by the claim's own unprepare or rollback.
         """
         if entry.state is not ClaimState.PREPARE_COMPLETED or uid in on_disk:
             return False
         if any(owned(inst, entry.mig_records()) for inst in live):
             return False
-        return not self._sharing.holds_anything(entry)
+        others = {d.daemon_id for u, e in claims.items() if u != uid for d in e.mps_daemons}
+        return not self._sharing.holds_anything(entry, ignore=others)

@@ -10,6 +10,8 @@ and a claim that asks for sharing is refused before any side effect.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import structlog
 
 from dra_driver.core.checkpoint import Checkpoint, ClaimEntry, ClaimState
@@ -78,6 +80,8 @@ class SharingOps:
                     self.backend.start_mps(daemon)
                     log.warning("mps_restarted", claim_uid=uid, daemon=daemon.daemon_id)
 
-    def holds_anything(self, entry: ClaimEntry) -> bool:
-        """True when one of the claim's MPS daemons still runs."""
-        return self.backend is not None and any(self.backend.mps_running(d.daemon_id) for d in entry.mps_daemons)
+    def holds_anything(self, entry: ClaimEntry, *, ignore: Collection[str] = ()) -> bool:
+        """True when one of the claim's MPS daemons, other than those in ``ignore``, still runs."""
+        return self.backend is not None and any(
+            self.backend.mps_running(d.daemon_id) for d in entry.mps_daemons if d.daemon_id not in ignore
+        )

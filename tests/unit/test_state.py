@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from dra_driver.appkit.inventory import node_publication
 from dra_driver.core.cdi import validate_spec
 from dra_driver.core.checkpoint import ClaimEntry, ClaimState
 from dra_driver.core.config import API_VERSION
+from dra_driver.core.mig import MigStrategy
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore
 from dra_driver.sharing_backends.sim import SimulatedSharing, read_sharing_state
@@ -263,3 +265,46 @@ def test_admin_access_claims_do_not_block_and_are_not_blocked(tmp_path: Path) ->
     assert "" == state.prepare([admin])[admin.uid].error
     assert "" == state.prepare([user])[user.uid].error
     assert state.prepared_claims()[admin.uid].devices[0].admin_access
+
+
+def test_a_lost_checkpoint_forgets_an_unprepared_share_while_its_shared_daemon_runs_for_another(tmp_path: Path) -> None:
+    """Consumable shares of one GPU run under one MPS daemon: that it runs says nothing of a share already gone.
+
+    (Found in review: the running daemon kept the unprepared share's entry, which then kept the
+    daemon from stopping with the last real share.)
+    """
+    gpus = FakeGpuSource("a100-80x1", "node-a").gpus()
+    claims = Claims()
+
+    def start() -> DeviceState:
+        s = DeviceState(
+            driver=DRIVER,
+            node_name="node-a",
+            publication=node_publication(gpus, MigStrategy.NONE, None, consumable=True),
+            sharing=SimulatedSharing(tmp_path / "fake-gpus", tmp_path / "mps"),
+            claims=claims,
+            cdi=CdiStore(tmp_path / "cdi", DRIVER),
+            checkpoints=CheckpointStore(tmp_path / "plugin", "boot-1"),
+            lock_path=tmp_path / "serialize.lock",
+            device_nodes=False,
+        )
+        s.startup()
+        return s
+
+    def share(name: str) -> ClaimRef:
+        fields = [{"shareID": new_uid(), "consumedCapacity": {"memory": "20Gi"}}]
+        return claims.add(allocated_claim(name=name, result_fields=fields))
+
+    state = start()
+    gone, kept = share("gone"), share("kept")
+    for ref in (gone, kept):
+        assert "" == state.prepare([ref])[ref.uid].error
+    [daemon] = {d.daemon_id for e in state.prepared_claims().values() for d in e.mps_daemons}
+    assert {gone.uid: ""} == state.unprepare([gone])
+    (tmp_path / "plugin" / "checkpoint.json").unlink()  # the previous generation still holds `gone`
+    state = start()
+    assert {kept.uid} == set(state.prepared_claims())
+    sharing = SimulatedSharing(tmp_path / "fake-gpus", tmp_path / "mps")
+    assert sharing.mps_running(daemon)
+    assert {kept.uid: ""} == state.unprepare([kept])
+    assert not sharing.mps_running(daemon)  # stopped with the last share

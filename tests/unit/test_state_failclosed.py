@@ -275,7 +275,7 @@ def test_a_truncated_newest_checkpoint_keeps_the_newest_claims_instance(tmp_path
     assert_still_prepared(node, [first, second])
     assert "CheckpointRecovered" in [n.reason for n in node.notices]
     rebuilt = next(n for n in node.notices if n.reason == "CheckpointRebuilt")
-    assert "without destroying anything: 2 claim(s) from the previous generation" in rebuilt.message
+    assert "without destroying anything: 2 claim(s) kept from the previous generation" in rebuilt.message
 
 
 @pytest.mark.parametrize("how", ["both-corrupt", "both-deleted", "newest-deleted", "newest-is-a-directory"])
@@ -376,7 +376,7 @@ def test_a_claim_unprepared_before_the_newest_checkpoint_was_lost_does_not_come_
     state = node.start()
     assert gone.uid not in state.prepared_claims()
     rebuilt = next(n for n in node.notices if n.reason == "CheckpointRebuilt")
-    assert f"1 of its claim(s) found unprepared since and forgotten ({gone.uid})" in rebuilt.message
+    assert f"0 claim(s) kept from the previous generation, 1 found unprepared since and forgotten ({gone.uid})" in rebuilt.message
     later = mig_claim(claims, "gpu-0-mig-1g10gb-5")
     ok(state.prepare([later]), later)
     [new] = node.instances()
@@ -411,3 +411,26 @@ def test_a_stale_record_never_names_the_instance_that_reused_its_gi_id(tmp_path:
     assert ops.find(stale) is None
     assert not ops.destroy(stale)
     assert [] == ops.sweep([fresh]) and [] != ops.sweep([stale])  # owned by the live record only
+
+
+def test_a_claim_recovered_from_a_started_entry_keeps_its_instance_over_later_restarts(tmp_path: Path) -> None:
+    """Found in review: the newest generation (PrepareCompleted) is lost, the previous one says PrepareStarted.
+
+    The claim was answered, so a container may use its instance. The rebuild gives the recovered
+    entry the live instance's ids, so the next start, which trusts the checkpoint again and sweeps
+    instances no claim owns, keeps it.
+    """
+    claims = Claims()
+    node = Node(tmp_path, claims)
+    state = node.start()
+    ref = mig_claim(claims, "gpu-0-mig-1g10gb-6")
+    ok(state.prepare([ref]), ref)
+    [inst] = node.instances()
+    node.checkpoint.unlink()  # the previous generation holds the claim's PrepareStarted
+    node.start()
+    entry = node.start().prepared_claims()[ref.uid]  # a second, trusted start sweeps
+    assert entry.recovered and [r.mig_uuid for r in entry.mig_records()] == [inst.uuid]
+    assert [inst] == node.instances()
+    assert_still_prepared(node, [ref])
+    assert {ref.uid: ""} == node.start().unprepare([ref])
+    assert [] == node.instances()
