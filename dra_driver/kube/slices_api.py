@@ -1,10 +1,7 @@
-"""Raw-JSON access to ResourceSlices (resource.k8s.io/v1), Nodes and the server version.
+"""ResourceSlices (resource.k8s.io/v1), Nodes and the server version, as raw JSON (``dra_driver.kube.rest``).
 
-Used by the ResourceSlice publisher (``dra_driver.appkit.publisher``) and the kubelet plugin. Every
-request and answer is plain JSON (dicts): nothing goes through the client's generated models,
-so fields this client does not know (newer servers, alpha features) are neither dropped on
-read nor stripped on write. Every failure, HTTP or transport, surfaces as one exception type,
-``KubeApiError``, so callers never see ``kubernetes`` or ``urllib3`` exception classes.
+Used by the ResourceSlice publisher (``dra_driver.appkit.publisher``) and the kubelet plugin;
+``explain_api`` builds on it. Every failure is a ``KubeApiError``.
 """
 
 from __future__ import annotations
@@ -17,101 +14,25 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from dra_driver.core.api_errors import ApiError
+from dra_driver.kube.rest import TRANSPORT_ERRORS, KubeApiError, RestApi, error_of
+
+__all__ = ["RESOURCE_SLICES_PATH", "KubeApiError", "KubeSliceApi"]
 
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
-_JSON = "application/json"
-_CONNECT_TIMEOUT_S = 5.0
 _LIST_PAGE = 500
-_TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError, ApiException)
-
-
-class KubeApiError(ApiError):
-    """An API call through the Kubernetes client failed (``dra_driver.core.api_errors.ApiError``)."""
-
-
-def _error(status: int, body: bytes, fallback_reason: str) -> KubeApiError:
-    """Turn an error answer (normally a ``Status`` object) into a KubeApiError."""
-    reason, message = fallback_reason, body.decode("utf-8", "replace")[:1000]
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return KubeApiError(status, reason, message)
-    if isinstance(obj, dict):
-        reason = str(obj.get("reason") or reason)
-        message = str(obj.get("message") or message)
-    return KubeApiError(status, reason, message)
 
 
 class KubeSliceApi:
     """ResourceSlice, Node and version calls on one ``ApiClient``; thread safe."""
 
     def __init__(self, api_client: client.ApiClient, *, request_timeout_s: float = 30.0) -> None:
-        self._client = api_client
-        self._timeout = (_CONNECT_TIMEOUT_S, request_timeout_s)
+        self._rest = RestApi(api_client, request_timeout_s=request_timeout_s)
+        self._send = self._rest.send
+        self._json = self._rest.call
         self._lock = threading.Lock()
         self._watches: set[Any] = set()
-
-    # -- transport --------------------------------------------------------------------------
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: list[tuple[str, str]] | None = None,
-        body: dict[str, Any] | None = None,
-        read_timeout_s: float | None = None,
-    ) -> Any:
-        """Send one request; return the raw urllib3 response (not yet read), status unchecked."""
-        headers: dict[str, str] = {"Accept": _JSON}
-        if body is not None:
-            headers["Content-Type"] = _JSON
-        try:
-            _, url, header_params, _, _ = self._client.param_serialize(
-                method=method,
-                resource_path=path,
-                query_params=query or [],
-                header_params=headers,
-                auth_settings=["BearerToken"],
-            )
-            timeout = self._timeout if read_timeout_s is None else (_CONNECT_TIMEOUT_S, read_timeout_s)
-            # Body goes straight to the REST layer as a dict (json.dumps), never through a model.
-            response = self._client.call_api(method, url, header_params=header_params, body=body, _request_timeout=timeout)
-        except _TRANSPORT_ERRORS as exc:
-            raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
-        return response.response
-
-    def _json(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: list[tuple[str, str]] | None = None,
-        body: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """One request whose 2xx answer is a JSON object; anything else raises KubeApiError."""
-        raw = self._send(method, path, query=query, body=body)
-        try:
-            data: bytes = raw.data
-        except _TRANSPORT_ERRORS as exc:
-            raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
-        finally:
-            raw.release_conn()
-        status = int(raw.status)
-        if not 200 <= status <= 299:
-            raise _error(status, data, str(raw.reason or "Error"))
-        try:
-            obj = json.loads(data)
-        except ValueError as exc:
-            raise KubeApiError(status, "InvalidResponse", f"answer is not JSON: {exc}") from exc
-        if not isinstance(obj, dict):
-            raise KubeApiError(status, "InvalidResponse", "answer is not a JSON object")
-        return obj
 
     # -- ResourceSlices ---------------------------------------------------------------------
 
@@ -172,9 +93,9 @@ class KubeSliceApi:
         try:
             status = int(raw.status)
             if not 200 <= status <= 299:
-                raise _error(status, raw.data, str(raw.reason or "Error"))
+                raise error_of(status, raw.data, str(raw.reason or "Error"))
             yield from self._events(raw)
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
         finally:
             with self._lock:
