@@ -64,6 +64,7 @@ demo: venv k8s
 bench: venv k8s
 	$(VENV)/bin/python -m bench.prepare_latency
 	$(VENV)/bin/python -m bench.selectors
+	$(VENV)/bin/python -m bench.peer  # vs the Go reference driver (peer column empty without Go/peer source)
 
 # Minutes of kubelet traffic against the plugin while it is killed, the API server paused and the
 # checkpoint corrupted; prints the counts and every invariant violation (bench/soak/).
