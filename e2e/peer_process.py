@@ -7,7 +7,7 @@ name carries its commit), so later runs start at once. ``PeerProcess`` runs that
 GPUs against a ``LocalCluster``, in dirs of its own, the way ``e2e.plugin_process.PluginProcess``
 runs dra-gpu's plugin.
 
-Used only by ``bench/peer.py`` (``make bench``). No code of the peer is copied here: it is
+Used only by ``bench/peer/`` (``make bench``). No code of the peer is copied here: it is
 built from its own source and talked to over its sockets.
 """
 

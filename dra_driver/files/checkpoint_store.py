@@ -8,7 +8,8 @@ Event. A load says whether its result can be trusted: only the newest generation
 with no checkpoint at all) is; a previous generation is one write behind, so the caller must
 not destroy anything on its word alone (see ``kubelet_plugin.recovery``). A checkpoint written by
 a newer dra-gpu raises ``CheckpointTooNew``: nothing is moved or reset. A boot id change drops
-claims: their CDI files lived on tmpfs.
+claims: their CDI files lived on tmpfs. A load of a file this process wrote or read, and nothing
+has changed since (same inode, size and times), returns what it knows without reading it again.
 """
 
 from __future__ import annotations
@@ -64,6 +65,24 @@ class CheckpointStore:
         self.boot_id = boot_id
         self.path = directory / "checkpoint.json"
         self.prev = directory / "checkpoint.prev.json"
+        self._known: tuple[tuple[int, ...], Checkpoint] | None = None
+        """The newest generation as this process last wrote or read it, with the file's identity then."""
+
+    def _identity(self) -> tuple[int, ...] | None:
+        """Device, inode, size, mtime and ctime of ``checkpoint.json``; None when it cannot be stat'ed.
+
+        Every save replaces the file (a new inode), and any other write changes its mtime and ctime,
+        so an unchanged identity means unchanged content: a load need not read and verify it again.
+        """
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def _remember(self, cp: Checkpoint) -> None:
+        ident = self._identity()
+        self._known = None if ident is None else (ident, cp)
 
     def _quarantine(self, path: Path) -> Path:
         target = path.with_name(f"{path.stem}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json")
@@ -100,6 +119,10 @@ class CheckpointStore:
 
         Raises CheckpointTooNew when a generation it would use was written by a newer binary.
         """
+        known = self._known
+        if known is not None and known[0] == self._identity():
+            return LoadResult(known[1])
+        self._known = None
         notices: list[Notice] = []
         trusted = True
         cp, err = self._try(self.path)
@@ -154,6 +177,8 @@ class CheckpointStore:
                     )
                 )
             return LoadResult(Checkpoint(node_boot_id=self.boot_id), notices, dropped, trusted=trusted)
+        if trusted and not notices:
+            self._remember(cp)
         return LoadResult(cp, notices, trusted=trusted)
 
     def _move_aside(self, path: Path) -> str:
@@ -167,9 +192,11 @@ class CheckpointStore:
     def save(self, cp: Checkpoint) -> None:
         """Write ``cp`` atomically, keeping the current file as the previous generation."""
         data = encode(cp)
+        self._known = None
         if self.path.exists():
             link_tmp = self.dir / ".prev-link"
             link_tmp.unlink(missing_ok=True)
             os.link(self.path, link_tmp)
             os.replace(link_tmp, self.prev)
         write_atomic(self.path, data)
+        self._remember(cp)

@@ -94,3 +94,28 @@ def test_files_are_owner_only(tmp_path: Path) -> None:
     """The checkpoint is readable by its owner alone."""
     CheckpointStore(tmp_path, "b").save(sample("b"))
     assert 0o600 == (tmp_path / "checkpoint.json").stat().st_mode & 0o777
+
+
+ENTRY = ClaimEntry(ClaimState.PREPARE_COMPLETED, "ns", "c")
+
+
+def test_a_load_sees_every_change_another_writer_or_an_edit_made(tmp_path: Path) -> None:
+    """A store remembers what it wrote; a save by another process (a rolling update) or an edit is read afresh."""
+    mine, other = CheckpointStore(tmp_path, "boot-1"), CheckpointStore(tmp_path, "boot-1")
+    mine.save(Checkpoint("boot-1", {"a": ENTRY}))
+    assert {"a"} == set(mine.load().checkpoint.claims)
+    other.save(Checkpoint("boot-1", {"b": ENTRY}))
+    assert {"b"} == set(mine.load().checkpoint.claims)
+    raw = bytearray(mine.path.read_bytes())
+    raw[raw.index(b'"b"') + 1] = ord("c")  # same size, in place: the checksum no longer matches
+    mine.path.write_bytes(bytes(raw))
+    result = mine.load()
+    assert not result.trusted and {"a"} == set(result.checkpoint.claims)  # the previous generation
+    assert ["CheckpointRecovered"] == [n.reason for n in result.notices]
+
+
+def test_the_checkpoint_is_compact_json_with_data_as_checksummed() -> None:
+    raw = encode(Checkpoint("boot-1", {"a": ENTRY}))
+    assert raw.count(b"\n") == 1 and b": " not in raw
+    assert decode(raw) == Checkpoint("boot-1", {"a": ENTRY})
+    assert json.loads(raw)["data"]["nodeBootID"] == "boot-1"

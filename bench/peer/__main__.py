@@ -1,0 +1,5 @@
+"""``python -m bench.peer`` (``make bench``): see ``bench.peer``."""
+
+from bench.peer.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""The two drivers under test: dra-gpu's kubelet plugin and the Go peer, behind one ``Driver`` interface.
+
+Built by ``bench.peer.run.run_bench``; started and timed by ``bench.peer.measure.measure_start``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from e2e.peer_process import PEER_DRIVER, PeerProcess
+from e2e.plugin_process import PluginProcess
+from tests.claimdata import DRIVER as OUR_DRIVER
+
+NODE = "node-a"
+GPUS = 8
+# Info logs (the peer logs at its default verbosity too) and no health port (the peer has none by default).
+OUR_ARGS = ("--log-level", "info", "--healthcheck-port", "-1")
+START_TIMEOUT_S = 90.0
+
+
+class Driver:
+    """One driver under test; ``launch`` spawns it in a fresh dir and returns at once."""
+
+    label = ""
+    driver = ""
+
+    def launch(self, run_dir: Path) -> None:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        raise NotImplementedError
+
+    @property
+    def dra_socket(self) -> Path:
+        raise NotImplementedError
+
+    def check_alive(self) -> None:
+        raise NotImplementedError
+
+    def settle(self) -> None:
+        """Called once the socket answers and the slices are there."""
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class OurDriver(Driver):
+    """dra-gpu's plugin through PluginProcess; its blocking start() runs in a thread while we poll."""
+
+    label = "dra-gpu"
+    driver = OUR_DRIVER
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.plugin: PluginProcess | None = None
+        self._thread: threading.Thread | None = None
+        self._error: Exception | None = None
+
+    def launch(self, run_dir: Path) -> None:
+        self.plugin = PluginProcess(run_dir, kubeconfig=self.kubeconfig, node=NODE, publish=True, extra_args=OUR_ARGS)
+        self._error = None
+        self._thread = threading.Thread(target=self._start, args=(self.plugin,), name="start-dra-gpu", daemon=True)
+        self._thread.start()
+
+    def _start(self, plugin: PluginProcess) -> None:
+        try:
+            plugin.start(timeout=START_TIMEOUT_S)
+        except (RuntimeError, OSError) as err:  # reported by check_alive/settle in the main thread
+            self._error = err
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.plugin is None or self.plugin.proc is None else self.plugin.proc.pid
+
+    @property
+    def dra_socket(self) -> Path:
+        assert self.plugin is not None
+        return self.plugin.dra_socket
+
+    def check_alive(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"dra-gpu plugin failed to start: {self._error}")
+
+    def settle(self) -> None:
+        if self._thread is not None:
+            self._thread.join(START_TIMEOUT_S)
+        self.check_alive()
+
+    def stop(self) -> None:
+        if self.plugin is None:
+            return
+        if self._thread is not None and self._thread.is_alive() and self.plugin.proc is None:
+            time.sleep(0.5)  # the thread is about to spawn it
+        self.plugin.stop()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+
+class GoPeer(Driver):
+    label = "Go peer"
+    driver = PEER_DRIVER
+
+    def __init__(self, binary: Path, kubeconfig: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+        self.proc: PeerProcess | None = None
+
+    def launch(self, run_dir: Path) -> None:
+        self.proc = PeerProcess(self.binary, run_dir, kubeconfig=self.kubeconfig, node=NODE, num_devices=GPUS)
+        self.proc.start()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None or self.proc.proc is None else self.proc.proc.pid
+
+    @property
+    def dra_socket(self) -> Path:
+        assert self.proc is not None
+        return self.proc.dra_socket
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.proc is not None and self.proc.proc.poll() is not None:
+            raise RuntimeError(f"peer exited with {self.proc.proc.returncode}:\n{self.proc.tail()}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()

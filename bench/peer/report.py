@@ -1,0 +1,121 @@
+"""The printed result: the metric | dra-gpu | Go peer | ratio table, per-run figures, and the machine facts.
+
+Called by ``bench.peer.run.run_bench`` (``machine_facts`` before the run, ``report`` after it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import grpc
+
+from bench.peer.measure import Figures
+from e2e.cluster import K8S_VERSION
+from e2e.peer_process import PeerBinary
+
+
+def pct(values: Sequence[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def med(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def fs_of(path: Path) -> str:
+    """Filesystem type of the mount holding ``path`` (from /proc/mounts)."""
+    best, kind = "", "?"
+    try:
+        target = str(path.resolve())
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            mnt, fstype = parts[1], parts[2]
+            if (target == mnt or target.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, kind = mnt, fstype
+    except OSError:
+        pass
+    return kind
+
+
+def table(rows: list[tuple[str, float, float | None, str]]) -> str:
+    """metric | dra-gpu | Go peer | ratio; ``fmt`` is the number format of both figures."""
+    out = [f"{'metric':<44} {'dra-gpu':>10} {'Go peer':>10} {'ratio':>8}", "-" * 75]
+    for metric, ours, peer, fmt in rows:
+        peer_s = "—" if peer is None else format(peer, fmt)
+        ratio = "" if peer is None or peer == 0 or ours != ours or peer != peer else f"{ours / peer:.2f}x"
+        out.append(f"{metric:<44} {format(ours, fmt):>10} {peer_s:>10} {ratio:>8}")
+    return "\n".join(out)
+
+
+def report(figs: dict[str, Figures], args: argparse.Namespace, facts: list[str], peer_note: str) -> str:
+    o = figs["dra-gpu"]
+    p = figs.get("Go peer")
+
+    def row(metric: str, get: Callable[[Figures], float], fmt: str) -> tuple[str, float, float | None, str]:
+        return metric, get(o), None if p is None else get(p), fmt
+
+    peak = "peak RSS during burst (VmHWM), MiB"
+    if o.peak_is_lifetime or (p is not None and p.peak_is_lifetime):
+        peak = "peak RSS since start (VmHWM), MiB"
+    rows = [
+        row("prepare p50, ms", lambda f: pct(f.prepare_ms, 50), ".2f"),
+        row("prepare p99, ms", lambda f: pct(f.prepare_ms, 99), ".2f"),
+        row("unprepare p50, ms", lambda f: pct(f.unprepare_ms, 50), ".2f"),
+        row("unprepare p99, ms", lambda f: pct(f.unprepare_ms, 99), ".2f"),
+        row("sequential call errors", lambda f: f.call_errors, ".0f"),
+        row("start -> DRA socket answers, s", lambda f: med(f.socket_s), ".3f"),
+        row("start -> all ResourceSlices in API server, s", lambda f: med(f.slices_s), ".3f"),
+        row("idle RSS after start (VmRSS), MiB", lambda f: med(f.idle_rss_mib), ".1f"),
+        row(peak, lambda f: med(f.peak_rss_mib), ".1f"),
+        row(f"burst prepare ({args.burst} claims), claims/s", lambda f: med(f.burst_prepare_cps), ".1f"),
+        row(f"burst unprepare ({args.burst} claims), claims/s", lambda f: med(f.burst_unprepare_cps), ".1f"),
+        row("burst errors", lambda f: f.burst_errors, ".0f"),
+    ]
+    lines = [
+        f"dra-gpu kubelet plugin vs Go peer: {args.claims} claims x {args.runs} runs "
+        f"(latency: one claim per call, alternating drivers; burst: {args.burst} claims from {args.threads} threads)",
+        "",
+        table(rows),
+        "",
+        "ratio = dra-gpu / peer (for claims/s, < 1 means dra-gpu is slower). Latency percentiles pool all runs;",
+        "start, RSS and burst figures are medians over runs.",
+    ]
+    for label, f in figs.items():
+        lines.append(
+            f"{label} per run: socket {' '.join(f'{x:.3f}' for x in f.socket_s)} s; "
+            f"slices {' '.join(f'{x:.3f}' for x in f.slices_s)} s"
+        )
+        if f.first_error:
+            lines.append(f"{label} first error: {f.first_error}")
+    lines += ["", "peer: " + peer_note, *facts]
+    return "\n".join(lines)
+
+
+def machine_facts(state_root: Path, binary: PeerBinary | None) -> list[str]:
+    cores = os.cpu_count()
+    usable = len(os.sched_getaffinity(0))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    kind = fs_of(state_root)
+    medium = "tmpfs (memory)" if kind in ("tmpfs", "ramfs") else f"{kind} (disk)"
+    facts = [
+        f"machine: {cores} cores ({usable} usable), load average {load} at start, {platform.machine()} {platform.release()}",
+        f"state dirs: {state_root} on {medium}",
+        f"python {platform.python_version()}, grpcio {grpc.__version__}, Kubernetes {K8S_VERSION} API server (local etcd)",
+    ]
+    if binary is not None:
+        try:
+            gover = subprocess.run(["go", "version", str(binary.path)], capture_output=True, text=True, timeout=10, check=False)
+            built = gover.stdout.strip().rsplit(": ", 1)[-1] or "go ?"
+        except (OSError, subprocess.TimeoutExpired):
+            built = "go ?"
+        facts.append(f"peer binary: {binary.path} ({built})")
+    return facts
