@@ -3,6 +3,13 @@
 Called by the kubelet plugin's state. Specs are JSON (a format every CDI runtime reads),
 written atomically, world-readable (the container runtime reads them) but in a directory the
 plugin owns. Also scans the host's NVIDIA Container Toolkit spec for its GPU device names.
+
+Writes and removals are atomic but not fsynced: a spec matters only within one boot. A killed
+plugin loses nothing it wrote (the page cache outlives the process); only a kernel crash or a
+power loss can lose an unsynced spec, and after the reboot that follows, the checkpoint's boot id
+drops every claim of the old boot and their specs are removed anyway (they are usually on tmpfs,
+``/var/run/cdi``, and gone already). The checkpoint, which must outlive a reboot to say so, is
+the only state written durably.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ class CdiStore:
     def write(self, claim_uid: str, spec: dict[str, Any]) -> Path:
         """Write (or re-write) a claim's spec atomically."""
         path = self.path(claim_uid)
-        write_atomic(path, json.dumps(spec, indent=1, sort_keys=True).encode() + b"\n", mode=0o644)
+        write_atomic(path, json.dumps(spec, indent=1, sort_keys=True).encode() + b"\n", mode=0o644, durable=False)
         return path
 
     def read(self, claim_uid: str) -> dict[str, Any] | None:
@@ -52,7 +59,7 @@ class CdiStore:
 
     def remove(self, claim_uid: str) -> bool:
         """Remove a claim's spec; True if one existed."""
-        return remove_durably(self.path(claim_uid))
+        return remove_durably(self.path(claim_uid), durable=False)
 
     def claim_uids(self) -> set[str]:
         """Claim UIDs that have a spec file of this driver."""
