@@ -1,224 +1,308 @@
 """Hypothesis strategies: small random clusters and one pod's claims, for the allocation differential.
 
-A case is what ``e2e/cmd/celdiff`` takes as ``{"kind": "allocate", ...}``: ResourceSlices (pools
-on the target node, on another node, for all nodes; several slices per pool, sometimes a missing
-or extra one, a stale or newer generation, a duplicate device name; counter sets in their own
-slice with devices consuming them; taints; shareable devices with consumable capacity),
-DeviceClasses (selector-free, driver, attribute and capacity selectors, rarely a failing one),
-already-allocated claims (dedicated, shared with consumed capacity, admin access) and the pod's
-claims (``ExactCount`` 1-3, ``All``, ``firstAvailable``, selectors, tolerations, capacity
-requests, ``matchAttribute``/``distinctAttribute`` constraints). Every object carries the fields
-the API server would default (allocation mode, count, toleration operator).
+A case is what ``e2e/cmd/celdiff`` takes as ``{"kind": "allocate", ...}``: node labels and
+ResourceSlices (``cluster.py``), DeviceClasses (selector-free, by driver, by capacity, rarely a
+failing one), already-allocated claims (dedicated, shared with consumed capacity, admin access)
+and the pod's claims: ``ExactCount`` 1-3 and ``All`` requests and ``firstAvailable`` lists (``All``
+subrequests too) with selectors, tolerations (Equal/Exists, with and without an effect), capacity
+requests and admin access, and ``matchAttribute``/``distinctAttribute`` constraints naming no,
+some or sub- requests. With the bulk pool the pod's last claim pushes against the 32-device limit:
+subrequests of 16-33 devices beside other requests, ``All`` requests that would go over it, and
+claims that are over it at once. Every object is one the API server accepts (but for the rare
+selector that does not compile, as one stored before a downgrade), with the fields it defaults
+(allocation mode, count, toleration operator). Counts and claims are cut down where the search
+could walk more than ``SEARCH_BOUND`` combinations; ``coverage.py`` counts what the cases hold.
 """
 
 from __future__ import annotations
 
+import math
+import random
 from typing import Any
 
 from hypothesis import strategies as st
 
+from tests.differential.cluster import BULK_DRIVER, FLAWS, NODE, bulk_slices, node_labels, pool_slices, rng_of
 from tests.differential.devices import Draw
 from tests.differential.oracle import allocate_case
 
-NODE = "node-a"
-OTHER_NODE = "node-b"
 DRIVERS = ("gpu.dra-gpu.dev", "net.example.com")
-MODELS = ("H100", "A100", "L4")
-MEMORY = ("16Gi", "40Gi", "80Gi")
-REQUEST_SELECTORS = (
-    'device.attributes["{d}"].model == "H100"',
-    'device.attributes["{d}"].model != "L4"',
-    'device.capacity["{d}"].memory.compareTo(quantity("40Gi")) >= 0',
-    'device.attributes["{d}"].index % 2 == 0',
+# Selectors that cannot fail on any device ("{d}": the first driver).
+SAFE_SELECTORS = (
     'device.attributes["{d}"].?numa.orValue(0) == 1',
     'has(device.attributes["{d}"].numa)',
     "device.allowMultipleAllocations",
     'device.attributes["{d}"].?migCapable.orValue(false)',
     'device.attributes["{d}"].?driverVersion.orValue(semver("0.0.0")).compareTo(semver("570.0.0")) >= 0',
+    'device.attributes["{d}"].?model.orValue("") == "H100"',
     "true",
+)
+# Selectors that fail at run time on a device of another driver (fine behind the first driver's classes).
+DRIVER_SELECTORS = (
+    'device.attributes["{d}"].model == "H100"',
+    'device.attributes["{d}"].model != "L4"',
+    'device.capacity["{d}"].memory.compareTo(quantity("40Gi")) >= 0',
+    'device.attributes["{d}"].index % 2 == 0',
 )
 ERRORING_SELECTORS = (
     'device.attributes["{d}"].coolingType == "liquid"',  # runtime error: no such key
     'device.attributes["{d}"].model > 1',  # runtime error: no such overload
     "device.nope",  # compile error
 )
+TOLERATIONS = (
+    {"key": "example.com/broken", "operator": "Exists"},
+    {"key": "example.com/broken", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "example.com/broken", "operator": "Equal", "value": ""},
+    {"key": "example.com/broken", "operator": "Equal", "value": "", "effect": "NoExecute", "tolerationSeconds": 300},
+    {"key": "example.com/maint", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+    {"key": "example.com/maint", "operator": "Equal", "value": "true"},
+    {"key": "example.com/maint", "operator": "Exists", "effect": "None"},
+    {"operator": "Exists"},
+    {"operator": "Exists", "effect": "NoSchedule"},
+)
+CAPACITY_REQUESTS = ("1Gi", "5Gi", "5Gi", "8Gi", "8Gi", "12Gi", "30Gi", "100Gi")
+# Attributes a constraint compares, by kind (every device has a distinct index, so matching it fails for two devices).
+CONSTRAINT_ATTRIBUTES = {
+    "matchAttribute": ("model", "numa", "numa", "driverVersion", "migCapable", "pcieRoot", "index"),
+    "distinctAttribute": ("index", "index", "model", "numa", "pcieRoot", "driverVersion"),
+}
 
 
-def _device(draw: Draw[Any], driver: str, name: str, index: int, counter_sets: list[str]) -> dict[str, Any]:
-    attrs: dict[str, Any] = {
-        "model": {"string": draw(st.sampled_from(MODELS))},
-        "index": {"int": index},
-    }
-    if draw(st.integers(0, 3)) > 0:
-        attrs["numa"] = {"int": draw(st.integers(0, 1))}
-    if draw(st.integers(0, 3)) > 0:
-        attrs["migCapable"] = {"bool": draw(st.booleans())}
-    if draw(st.integers(0, 3)) > 0:
-        attrs["driverVersion"] = {"version": draw(st.sampled_from(("550.1.0", "570.0.0", "580.95.5")))}
-    if draw(st.integers(0, 4)) == 0:
-        attrs[f"{driver}/pcieRoot"] = {"string": draw(st.sampled_from(("pci0", "pci1")))}
-    dev: dict[str, Any] = {"name": name, "attributes": attrs}
-    cap: dict[str, Any] = {"memory": {"value": draw(st.sampled_from(MEMORY))}}
-    shared = draw(st.integers(0, 5)) == 0
-    if shared:
-        dev["allowMultipleAllocations"] = True
-        policy = draw(
-            st.sampled_from(
-                (
-                    None,
-                    {"default": "10Gi", "validRange": {"min": "10Gi", "step": "10Gi"}},
-                    {"default": "8Gi", "validValues": ["8Gi", "16Gi", "32Gi"]},
-                    {"validRange": {"min": "1Gi", "max": "20Gi"}},
-                )
-            )
+def _classes(drivers: list[str], rng: random.Random, bulk: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """The DeviceClasses, and the names the pod's ordinary requests pick from (weighted)."""
+
+    def by_driver(name: str, driver: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}}
+
+    big = f'device.capacity["{drivers[0]}"].?memory.orValue(quantity("0")).compareTo(quantity("40Gi")) >= 0'
+    classes = [
+        {"metadata": {"name": "gpu"}, "spec": {}},
+        by_driver("first-driver", drivers[0]),
+        {"metadata": {"name": "big"}, "spec": {"selectors": [{"cel": {"expression": big}}]}},
+    ]
+    # The selector-free class would reach the bulk devices, which only the bulk claim may take.
+    names = ([] if bulk else ["gpu", "gpu"]) + ["first-driver", "first-driver", "first-driver", "big"]
+    if len(drivers) > 1:
+        classes.append(by_driver("second-driver", drivers[1]))
+        names.append("second-driver")
+    if rng.random() < 0.03:
+        classes.append(
+            {"metadata": {"name": "broken"}, "spec": {"selectors": [{"cel": {"expression": 'device.attributes["x"].y'}}]}}
         )
-        if policy is not None:
-            cap["memory"]["requestPolicy"] = policy
-    dev["capacity"] = cap
-    if counter_sets and draw(st.integers(0, 2)) > 0:
-        cs = draw(st.sampled_from(counter_sets))
-        dev["consumesCounters"] = [
-            {"counterSet": cs, "counters": {"memory": {"value": draw(st.sampled_from(("10Gi", "20Gi", "40Gi")))}}}
-        ]
-        if draw(st.integers(0, 30)) == 0:
-            dev["consumesCounters"][0]["counters"]["bogus"] = {"value": "1"}  # invalid pool
-    if draw(st.integers(0, 5)) == 0:
-        dev["taints"] = [
-            {
-                "key": draw(st.sampled_from(("example.com/broken", "example.com/maint"))),
-                "value": draw(st.sampled_from(("", "true"))),
-                "effect": draw(st.sampled_from(("NoSchedule", "NoExecute", "None"))),
-            }
-        ]
-    return dev
+        names.append("broken")
+    if bulk:
+        classes.append(by_driver("bulk", BULK_DRIVER))
+    return classes, names
 
 
-def _pool(draw: Draw[Any], driver: str, pool: str, node: str | None, slice_prefix: str) -> list[dict[str, Any]]:
-    n_slices = draw(st.integers(1, 2))
-    generation = draw(st.integers(1, 2))
-    counter_sets = [f"cs-{i}" for i in range(draw(st.sampled_from((0, 0, 1, 2))))]
-    has_counter_slice = bool(counter_sets)
-    total = n_slices + (1 if has_counter_slice else 0)
-    count = total + (1 if draw(st.integers(0, 12)) == 0 else 0)  # sometimes a slice is missing: incomplete
-    slices: list[dict[str, Any]] = []
-    index = 0
-    names: list[str] = []
-    for si in range(n_slices):
-        devs = []
-        for _ in range(draw(st.integers(1, 4))):
-            name = f"dev-{index}"
-            if names and draw(st.integers(0, 40)) == 0:
-                name = names[0]  # duplicate name: invalid pool
-            names.append(name)
-            devs.append(_device(draw, driver, name, index, counter_sets))
-            index += 1
-        spec: dict[str, Any] = {
-            "driver": driver,
-            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
-            "devices": devs,
-        }
-        if node is None:
-            spec["allNodes"] = True
-        else:
-            spec["nodeName"] = node
-        slices.append({"metadata": {"name": f"{slice_prefix}-{si}"}, "spec": spec})
-    if has_counter_slice:
-        spec = {
-            "driver": driver,
-            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
-            "sharedCounters": [
-                {"name": cs, "counters": {"memory": {"value": draw(st.sampled_from(("40Gi", "80Gi")))}}} for cs in counter_sets
-            ],
-        }
-        if node is None:
-            spec["allNodes"] = True
-        else:
-            spec["nodeName"] = node
-        slices.append({"metadata": {"name": f"{slice_prefix}-counters"}, "spec": spec})
-    if draw(st.integers(0, 6)) == 0:
-        # A stale slice of an older generation: ignored.
-        old = dict(slices[0])
-        old_spec = dict(old["spec"])
-        old_spec["pool"] = {**old_spec["pool"], "generation": generation - 1}
-        slices.append({"metadata": {"name": f"{slice_prefix}-old"}, "spec": old_spec})
-    return slices
-
-
-def _request(draw: Draw[Any], name: str, driver: str, classes: list[str], *, sub: bool = False) -> dict[str, Any]:
-    mode = "ExactCount" if sub or draw(st.integers(0, 7)) > 0 else "All"
-    r: dict[str, Any] = {"deviceClassName": draw(st.sampled_from(classes)), "allocationMode": mode}
+def _body(rng: random.Random, driver: str, classes: list[str], *, sub: bool) -> dict[str, Any]:
+    """An ``exactly`` block or a subrequest's fields."""
+    cls = rng.choice(classes)
+    mode = "All" if rng.random() < (0.05 if sub else 0.08) else "ExactCount"
+    r: dict[str, Any] = {"deviceClassName": cls, "allocationMode": mode}
     if mode == "ExactCount":
-        r["count"] = draw(st.sampled_from((1, 1, 1, 2, 2, 3)))
-    sels = draw(st.lists(st.sampled_from(REQUEST_SELECTORS), max_size=1 if sub else 2))
-    if draw(st.integers(0, 25)) == 0:
-        sels.append(draw(st.sampled_from(ERRORING_SELECTORS)))
+        r["count"] = rng.choice((1, 1, 1, 1, 1, 2, 2, 3))
+    pool = SAFE_SELECTORS + (DRIVER_SELECTORS if cls in ("first-driver", "big") else ())
+    sels = rng.sample(pool, rng.choice((0, 0, 0, 0, 1, 1, 2)) if not sub else rng.choice((0, 0, 1)))
+    if rng.random() < 0.03:
+        sels.append(rng.choice(ERRORING_SELECTORS))
     if sels:
         r["selectors"] = [{"cel": {"expression": s.format(d=driver)}} for s in sels]
-    if draw(st.integers(0, 3)) == 0:
-        r["tolerations"] = [
-            draw(
-                st.sampled_from(
-                    (
-                        {"key": "example.com/broken", "operator": "Exists"},
-                        {"key": "example.com/maint", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-                        {"operator": "Exists"},
-                        {"key": "example.com/broken", "operator": "Equal", "value": ""},
-                    )
-                )
-            )
-        ]
-    if draw(st.integers(0, 4)) == 0:
-        r["capacity"] = {"requests": {"memory": draw(st.sampled_from(("5Gi", "12Gi", "30Gi", "100Gi")))}}
-    if not sub and draw(st.integers(0, 15)) == 0:
+    if rng.random() < 0.35:
+        r["tolerations"] = rng.sample(TOLERATIONS, rng.choice((1, 1, 2)))
+    if rng.random() < 0.25:
+        reqs = {"memory": rng.choice(CAPACITY_REQUESTS)}
+        if rng.random() < 0.2:
+            reqs[rng.choice(("cores", "bandwidth"))] = rng.choice(("1", "2"))  # bandwidth: no device has it
+        r["capacity"] = {"requests": reqs}
+    if not sub and rng.random() < 0.1:
         r["adminAccess"] = True
-    return {"name": name, "exactly": r} if not sub else {"name": name, **r}
+    return r
 
 
-def _claim(draw: Draw[Any], name: str, driver: str, classes: list[str]) -> dict[str, Any]:
-    requests = []
-    for i in range(draw(st.integers(1, 2))):
+def _constraints(rng: random.Random, drivers: list[str], names: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for _ in range(rng.choice((0, 0, 0, 0, 1, 1, 2))):
+        kind = rng.choice(("matchAttribute", "distinctAttribute"))
+        name = f"{rng.choice((drivers[0],) * 8 + (drivers[-1],))}/{rng.choice(CONSTRAINT_ATTRIBUTES[kind])}"
+        if rng.random() < 0.1:
+            name = "resource.kubernetes.io/pcieRoot"  # a standard attribute, outside every driver's domain
+        c: dict[str, Any] = {kind: name}
+        if rng.random() < 0.6:
+            c["requests"] = rng.sample(names, rng.randint(1, min(2, len(names))))
+        out.append(c)
+    return out
+
+
+def _claim(draw: Draw[Any], name: str, drivers: list[str], classes: list[str], *, later: bool) -> dict[str, Any]:
+    """One of the pod's ordinary claims; a ``later`` one is smaller (the search multiplies the claims' choices)."""
+    rng = rng_of(draw)
+    requests: list[dict[str, Any]] = []
+    names: list[str] = []  # what a constraint may name: requests and request/subrequest
+    for i in range(draw(st.sampled_from((1, 1, 2) if later else (1, 1, 2, 2, 3)))):
         rname = f"req-{i}"
-        if draw(st.integers(0, 3)) == 0:
-            subs = [_request(draw, f"sub-{j}", driver, classes, sub=True) for j in range(draw(st.integers(1, 3)))]
+        names.append(rname)
+        if rng.random() < 0.3:
+            subs = []
+            for j in range(rng.choice((1, 2, 2, 3))):
+                subs.append({"name": f"sub-{j}", **_body(rng, drivers[0], classes, sub=True)})
+                names.append(f"{rname}/sub-{j}")
             requests.append({"name": rname, "firstAvailable": subs})
         else:
-            requests.append(_request(draw, rname, driver, classes))
+            requests.append({"name": rname, "exactly": _body(rng, drivers[0], classes, sub=False)})
     devices: dict[str, Any] = {"requests": requests}
-    if draw(st.integers(0, 2)) == 0:
-        attr = draw(st.sampled_from(("model", "numa", "pcieRoot", "index", "driverVersion")))
-        kind = draw(st.sampled_from(("matchAttribute", "distinctAttribute")))
-        c: dict[str, Any] = {kind: f"{driver}/{attr}"}
-        if draw(st.booleans()):
-            c["requests"] = draw(st.sampled_from((["req-0"], ["req-0", "req-1"], ["req-0/sub-0"])))
-        devices["constraints"] = [c]
+    constraints = _constraints(rng, drivers, names)
+    if constraints:
+        devices["constraints"] = constraints
     return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"}, "spec": {"devices": devices}}
 
 
-def _allocated(draw: Draw[Any], slices: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    devices = [(s["spec"]["driver"], s["spec"]["pool"]["name"], d) for s in slices for d in s["spec"].get("devices") or []]
+# Combinations the search may walk for the pod's ordinary claims (the product over requests of
+# "count among the devices of its class", summed over subrequests): a case whose later request
+# fails walks all of them, which takes the Go allocator seconds and the simulator past its step
+# limit. Above this, request counts come down.
+SEARCH_BOUND = 100_000
+
+
+def _tame(claims: list[dict[str, Any]], slices: list[dict[str, Any]], drivers: list[str]) -> None:
+    """Bound the claims' search by ``SEARCH_BOUND``: lower the largest counts, then drop the last claim or request."""
+    devices = [
+        (s["spec"]["driver"], d) for s in slices if s["spec"]["driver"] != BULK_DRIVER for d in s["spec"].get("devices") or []
+    ]
+    per_class = {
+        "gpu": len(devices),
+        "first-driver": sum(1 for drv, _ in devices if drv == drivers[0]),
+        "second-driver": sum(1 for drv, _ in devices if drv == drivers[-1]),
+        "big": sum(1 for drv, d in devices if drv == drivers[0] and d["capacity"]["memory"]["value"] in ("40Gi", "80Gi")),
+    }
+
+    def ways(b: dict[str, Any]) -> int:
+        return math.comb(per_class.get(b["deviceClassName"], 0), b.get("count", 1)) if "count" in b else 1
+
+    while True:
+        bodies = [r.get("firstAvailable") or [r["exactly"]] for c in claims for r in c["spec"]["devices"]["requests"]]
+        if math.prod(max(1, sum(ways(b) for b in alts)) for alts in bodies) <= SEARCH_BOUND:
+            return
+        biggest = max((b for alts in bodies for b in alts if b.get("count", 1) > 1), key=ways, default=None)
+        if biggest is not None:
+            biggest["count"] -= 1
+        elif len(claims) > 1:
+            claims.pop()
+        elif not _drop_last_request(claims[0]):
+            return
+
+
+def _drop_last_request(claim: dict[str, Any]) -> bool:
+    """Remove the claim's last request (and what its constraints say of it); False if it has only one."""
+    devices = claim["spec"]["devices"]
+    if len(devices["requests"]) < 2:
+        return False
+    gone = devices["requests"].pop()["name"]
+    kept = []
+    for c in devices.get("constraints") or []:
+        if "requests" in c:
+            c["requests"] = [n for n in c["requests"] if n.split("/")[0] != gone]
+            if not c["requests"]:
+                continue
+        kept.append(c)
+    if kept:
+        devices["constraints"] = kept
+    else:
+        devices.pop("constraints", None)
+    return True
+
+
+def _bulk(count: int, *, mode: str = "ExactCount", selector: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"deviceClassName": "bulk", "allocationMode": mode}
+    if mode == "ExactCount":
+        body["count"] = count
+    if selector is not None:
+        body["selectors"] = [{"cel": {"expression": selector}}]
+    return body
+
+
+def _bulk_claim(draw: Draw[Any]) -> dict[str, Any]:
+    """The pod's last claim, against the 32-device limit; it always fits the bulk pool's 34+ devices, or is over the limit.
+
+    "skip": a big first choice and a small one beside another request (in either order), so the
+    big one goes over the limit (skipped at once) or fits. "all": ``All`` of the low-index devices
+    after a big request of the others, which may put the claim over the limit (then the ``All``
+    subrequest, or the big one, gives way to a small one). "over": more than 32 at once.
+    """
+    rng = rng_of(draw)
+    shape = rng.choice(("skip", "skip", "all", "all", "over"))
+    big = draw(st.sampled_from((16, 20, 24, 28, 30, 31, 32, 33)))
+    low_n = rng.choice((8, 10, 12))
+    low = f'device.attributes["{BULK_DRIVER}"].index < {low_n}'
+    high = f'device.attributes["{BULK_DRIVER}"].index >= {low_n}'
+    requests: list[dict[str, Any]]
+    first: dict[str, Any]
+    rest: dict[str, Any]
+    if shape == "skip":
+        subs = [{"name": "many", **_bulk(big)}]
+        if rng.random() < 0.4:
+            subs.append({"name": "some", **_bulk(rng.choice((8, 12)))})
+        subs.append({"name": "few", **_bulk(rng.choice((1, 2)))})
+        first = {"name": "first", "firstAvailable": subs}
+        more = {"name": "more", "exactly": _bulk(rng.choice((1, 2, 4, 10)))}
+        requests = [first, more] if rng.random() < 0.6 else [more, first]
+    elif shape == "all":
+        many = _bulk(min(big, 22), selector=high)  # the bulk pool has at least 22 devices from low_n on
+        if rng.random() < 0.5:
+            subs = [{"name": "many", **many}, {"name": "few", **_bulk(1, selector=high)}]
+            first = {"name": "first", "firstAvailable": subs}
+            rest = {"name": "rest", "exactly": _bulk(0, mode="All", selector=low)}
+        else:
+            first = {"name": "first", "exactly": many}
+            rest = {
+                "name": "rest",
+                "firstAvailable": [
+                    {"name": "all", **_bulk(0, mode="All", selector=low)},
+                    {"name": "one", **_bulk(1, selector=low)},
+                ],
+            }
+        requests = [first, rest]
+    else:
+        over = rng.choice((33, 40))
+        requests = [{"name": "first", "firstAvailable": [{"name": "many", **_bulk(over)}, {"name": "most", **_bulk(30)}]}]
+        requests.append({"name": "more", "exactly": _bulk(over - 30 + rng.randint(0, 4))})
+    devices: dict[str, Any] = {"requests": requests}
+    if rng.random() < 0.3:
+        # Constraints every choice satisfies (a search that failed here would be exponential).
+        devices["constraints"] = [
+            rng.choice(({"matchAttribute": f"{BULK_DRIVER}/model"}, {"distinctAttribute": f"{BULK_DRIVER}/index"}))
+        ]
+    return {"metadata": {"name": "bulk-claim", "namespace": "ns", "uid": "uid-bulk-claim"}, "spec": {"devices": devices}}
+
+
+def _allocated(draw: Draw[Any], slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Claims allocated earlier: dedicated, admin access, shared (with consumed capacity or not)."""
+    devices = [
+        (s["spec"]["driver"], s["spec"]["pool"]["name"], d)
+        for s in slices
+        if s["spec"]["driver"] != BULK_DRIVER
+        for d in s["spec"].get("devices") or []
+    ]
+    n = draw(st.sampled_from((0, 0, 1, 1, 2, 3)))
+    if not devices or not n:
+        return []
+    rng = rng_of(draw)
     out = []
     for i in range(n):
-        if not devices:
-            break
-        driver, pool, d = draw(st.sampled_from(devices))
+        driver, pool, d = rng.choice(devices)
         result: dict[str, Any] = {"request": "gpu", "driver": driver, "pool": pool, "device": d["name"]}
-        how = draw(st.sampled_from(("dedicated", "dedicated", "shared", "admin")))
-        if how == "shared":
-            result["shareID"] = f"00000000-0000-0000-0000-00000000000{i}"
-            if draw(st.integers(0, 3)) > 0:
-                result["consumedCapacity"] = {"memory": draw(st.sampled_from(("8Gi", "10Gi", "16Gi", "40Gi")))}
-        elif how == "admin":
+        request: dict[str, Any] = {"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}
+        if d.get("allowMultipleAllocations"):
+            result["shareID"] = f"00000000-0000-4000-8000-00000000000{i}"
+            if rng.random() < 0.75:
+                result["consumedCapacity"] = {"memory": rng.choice(("4Gi", "8Gi", "10Gi", "16Gi", "40Gi"))}
+        elif rng.random() < 0.3:
             result["adminAccess"] = True
+            request["adminAccess"] = True
         out.append(
             {
                 "metadata": {"name": f"taken-{i}", "namespace": "ns", "uid": f"uid-taken-{i}"},
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {"name": "gpu", "exactly": {"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}}
-                        ]
-                    }
-                },
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
                 "status": {"allocation": {"devices": {"results": [result]}}},
             }
         )
@@ -228,40 +312,22 @@ def _allocated(draw: Draw[Any], slices: list[dict[str, Any]], n: int) -> list[di
 @st.composite
 def allocation_cases(draw: Draw[Any]) -> dict[str, Any]:
     """One ``allocate`` case for celdiff (and :func:`tests.differential.oracle.python_allocate`)."""
+    rng = rng_of(draw)
+    labels = node_labels(rng)
     drivers = list(DRIVERS[: draw(st.integers(1, 2))])
+    pools = [(driver, pi) for driver in drivers for pi in range(draw(st.integers(1, 2)))]
+    flawed = rng.randrange(len(pools)) if rng.random() < 0.3 else -1  # one pool incomplete or invalid
     slices: list[dict[str, Any]] = []
-    for di, driver in enumerate(drivers):
-        for pi in range(draw(st.integers(1, 2))):
-            node = draw(st.sampled_from((NODE, NODE, NODE, OTHER_NODE, None)))
-            slices += _pool(draw, driver, f"pool-{pi}", node, f"{di}-{pi}")
-    classes: list[dict[str, Any]] = [{"metadata": {"name": "gpu"}, "spec": {}}]
-    classes.append(
-        {
-            "metadata": {"name": "first-driver"},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{drivers[0]}"'}}]},
-        }
-    )
-    classes.append(
-        {
-            "metadata": {"name": "big"},
-            "spec": {
-                "selectors": [
-                    {
-                        "cel": {
-                            "expression": f'device.capacity["{drivers[0]}"].?memory.orValue(quantity("0"))'
-                            '.compareTo(quantity("40Gi")) >= 0'
-                        }
-                    }
-                ]
-            },
-        }
-    )
-    class_names = ["gpu", "first-driver", "first-driver", "first-driver", "big"]
-    if draw(st.integers(0, 30)) == 0:
-        classes.append(
-            {"metadata": {"name": "broken"}, "spec": {"selectors": [{"cel": {"expression": 'device.attributes["x"].y'}}]}}
-        )
-        class_names.append("broken")
-    claims = [_claim(draw, f"claim-{i}", drivers[0], class_names) for i in range(draw(st.integers(1, 2)))]
-    allocated = _allocated(draw, slices, draw(st.integers(0, 3)))
-    return allocate_case(node=NODE, slices=slices, classes=classes, claims=claims, allocated=allocated)
+    for i, (driver, pi) in enumerate(pools):
+        flaw = rng.choice(FLAWS) if i == flawed else None
+        slices += pool_slices(draw, driver, f"pool-{pi}", f"{DRIVERS.index(driver)}-{pi}", labels, flaw)
+    bulk = draw(st.integers(0, 3)) == 0
+    if bulk:
+        slices += bulk_slices(draw)
+    classes, class_names = _classes(drivers, rng, bulk)
+    claims = [_claim(draw, f"claim-{i}", drivers, class_names, later=i > 0) for i in range(draw(st.sampled_from((1, 1, 2))))]
+    _tame(claims, slices, drivers)
+    if bulk:
+        claims.append(_bulk_claim(draw))
+    allocated = _allocated(draw, slices)
+    return allocate_case(node=NODE, slices=slices, classes=classes, claims=claims, allocated=allocated, node_labels=labels)

@@ -1,4 +1,8 @@
-"""Fixtures for the differential tests: one celdiff process (the scheduler's Go code) per session."""
+"""Fixtures for the differential tests: one celdiff process (the scheduler's Go code) per session.
+
+Also prints, at the end of a session that ran the generated allocation cases, how many cases
+exercised each allocator feature and how many ended in each outcome (``coverage.py``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.differential import coverage
 from tests.differential.oracle import Celdiff
 
 
@@ -15,3 +20,14 @@ def celdiff() -> Iterator[Celdiff]:
     oracle = Celdiff()
     yield oracle
     oracle.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not coverage.OUTCOMES:
+        return
+    total = sum(coverage.OUTCOMES.values())
+    terminalreporter.section(f"allocation differential: cases per feature (of {total}, at least {coverage.MIN_CASES} each)")
+    for name in coverage.FEATURES:
+        terminalreporter.write_line(f"{name:50s} {coverage.COUNTS[name]:6d}")
+    for name in coverage.OUTCOME_NAMES:
+        terminalreporter.write_line(f"{'outcome: ' + name:50s} {coverage.OUTCOMES[name]:6d}")

@@ -13,11 +13,12 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 
+from tests.differential import coverage
 from tests.differential.allocations import allocation_cases
 from tests.differential.corpus import chart_classes, demo_workloads, inventory
 from tests.differential.oracle import Celdiff, allocate_case, exact_quantities, python_allocate
 
-ALLOCATION_EXAMPLES = 600
+ALLOCATION_EXAMPLES = 1000
 GENERATED = settings(
     derandomize=True,
     database=None,
@@ -35,10 +36,11 @@ SCENARIOS: tuple[tuple[tuple[str, ...], tuple[str, ...] | None], ...] = (
 )
 
 
-def assert_same(celdiff: Celdiff, case: dict[str, Any]) -> None:
+def assert_same(celdiff: Celdiff, case: dict[str, Any]) -> dict[str, Any]:
     go = exact_quantities(celdiff.ask(case))
     py = python_allocate(case)
     assert py == go, json.dumps(case)
+    return go
 
 
 def _allocated_first(slices: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
@@ -79,13 +81,21 @@ def test_every_demo_pod_gets_the_same_allocation_on_every_demo_node(celdiff: Cel
 
 
 def test_generated_allocations_agree_with_the_scheduler(celdiff: Celdiff) -> None:
+    """Every generated case agrees, and every feature of ``coverage.FEATURES`` (and every outcome) had cases."""
     seen: list[int] = []
+    coverage.COUNTS.clear()
+    coverage.OUTCOMES.clear()
 
     @settings(GENERATED, max_examples=ALLOCATION_EXAMPLES)
     @given(allocation_cases())
     def check(case: dict[str, Any]) -> None:
         seen.append(1)
-        assert_same(celdiff, case)
+        go = assert_same(celdiff, case)
+        coverage.COUNTS.update(coverage.features(case))
+        coverage.OUTCOMES[coverage.outcome(go)] += 1
 
     check()
     assert len(seen) >= ALLOCATION_EXAMPLES
+    rare = {f: coverage.COUNTS[f] for f in coverage.FEATURES if coverage.COUNTS[f] < coverage.MIN_CASES}
+    rare |= {o: coverage.OUTCOMES[o] for o in coverage.OUTCOME_NAMES if coverage.OUTCOMES[o] < coverage.MIN_CASES}
+    assert not rare, f"features or outcomes in fewer than {coverage.MIN_CASES} of {len(seen)} cases: {rare}"

@@ -37,6 +37,11 @@ class Request:
     tolerations: Sequence[Mapping[str, Any]]
     capacity: dict[str, Quantity]
 
+    @property
+    def own_name(self) -> str:
+        """The name the scheduler's messages give it: a subrequest's own name (without its request's), else the request's."""
+        return self.sub or self.base
+
     @staticmethod
     def parse(base: str, sub: str, spec: Mapping[str, Any]) -> Request:
         """From an ``exactly`` or ``firstAvailable[i]`` block."""
@@ -140,6 +145,8 @@ class Result:
     share_id: bool = False
     consumed: dict[str, Quantity] = field(default_factory=dict)
     admin_access: bool = False
+    # The (slice, device) it came from, for the claim's node selector; not part of the answer.
+    source: tuple[Mapping[str, Any], Mapping[str, Any]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

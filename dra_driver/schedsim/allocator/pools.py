@@ -2,14 +2,17 @@
 
 Called by the allocator (``simulate.py``: :func:`gather_pools` per node, the device walk) and by
 ``explain.py``. A pool is the slices of one (driver, pool name) at their highest generation that
-target the node (``nodeName``, ``allNodes``, a node selector, or per-device node selection);
-one with fewer slices than it declares is incomplete, one with duplicate device names or
-counters that do not exist is invalid. Pools go by (driver, pool name), those whose devices carry
-binding conditions last. Inputs are trusted to have the shapes ``validate.py`` checks.
+target the node (``nodeName``, ``allNodes``, a node selector matched against the node's name and
+labels, or per-device node selection); one with fewer slices than it declares (as the first slice
+gathered says) is incomplete, one with duplicate device names or counters that do not exist is
+invalid. Pools go by (driver, pool name), those whose devices carry binding conditions last.
+:func:`unmergeable_terms` is the one way the allocation's node selector fails. Inputs are trusted
+to have the shapes ``validate.py`` checks.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +35,12 @@ class Pool:
 
     @property
     def has_binding_conditions(self) -> bool:
-        """``poolHasBindingConditions``: a device of a slice targeting the node sets ``bindingConditions``."""
+        """``poolHasBindingConditions``: a device of a slice targeting the node sets ``bindingConditions``.
+
+        An invalid pool has no slices for the scheduler (it keeps only the reason), so it never has them.
+        """
+        if self.invalid:
+            return False
         return any(d.get("bindingConditions") is not None for s in self.slices for d in slice_spec(s).get("devices") or [])
 
     @property
@@ -50,20 +58,46 @@ def _generation(s: Mapping[str, Any]) -> int:
     return int((slice_spec(s).get("pool") or {}).get("generation") or 0)
 
 
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def _go_int(text: str | None) -> int | None:
+    """``strconv.ParseInt(text, 10, 64)``, None where it fails."""
+    if text is None or not _GO_INT.fullmatch(text):
+        return None
+    n = int(text)
+    return n if -(2**63) <= n < 2**63 else None
+
+
+def _compares(op: str, label: str | None, values: list[str]) -> bool:
+    """``Gt``/``Lt``: the label and the one value as int64; a label (or value) that is no integer never matches."""
+    have = _go_int(label)
+    want = _go_int(values[0]) if len(values) == 1 else None
+    if have is None or want is None:
+        return False
+    return have > want if op == "Gt" else have < want
+
+
+def _expression_matches(op: Any, label: str | None, values: list[str]) -> bool:
+    """One ``matchExpressions`` requirement against the node's label (None: the node lacks it)."""
+    if op in ("Gt", "Lt"):
+        return _compares(op, label, values)
+    present = label is not None
+    return {
+        "In": present and label in values,
+        "NotIn": not present or label not in values,
+        "Exists": present,
+        "DoesNotExist": not present,
+    }.get(op, False)
+
+
 def _node_selector_matches(selector: Mapping[str, Any] | None, node: str, labels: Mapping[str, str]) -> bool:
     if not selector:
         return False
     for term in selector.get("nodeSelectorTerms") or []:
         ok = True
         for e in term.get("matchExpressions") or []:
-            v = labels.get(e.get("key", ""))
-            op, vals = e.get("operator"), e.get("values") or []
-            ok = ok and {
-                "In": v is not None and v in vals,
-                "NotIn": v is None or v not in vals,
-                "Exists": v is not None,
-                "DoesNotExist": v is None,
-            }.get(op, False)
+            ok = ok and _expression_matches(e.get("operator"), labels.get(e.get("key", "")), e.get("values") or [])
         for e in term.get("matchFields") or []:
             if e.get("key") == "metadata.name":
                 inside = node in (e.get("values") or [])
@@ -84,10 +118,37 @@ def node_matches(node: str | None, labels: Mapping[str, str], node_name: str | N
     return False
 
 
+def unmergeable_terms(picked: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> int | None:
+    """The term count of the node selector that makes a claim's allocation fail in ``createNodeSelector``, or None.
+
+    ``picked``: the claim's (slice, device) in result order. The first device local to one node
+    (a ``nodeName``) or ``bindsToNode`` pins the claim to the node and ends the merge; before
+    that, node selectors are merged, which fails for one of several terms (only a device's own
+    selector, with per-device node selection, may have them). The scheduler returns that error
+    for the node after having found the allocation.
+    """
+    for s, d in picked:
+        sp = slice_spec(s)
+        source = d if sp.get("perDeviceNodeSelection") else sp
+        if source.get("nodeName") is not None or d.get("bindsToNode"):
+            return None
+        terms = (source.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+        if len(terms) > 1:
+            return len(terms)
+    return None
+
+
 def gather_pools(slices: Sequence[Mapping[str, Any]], node: str | None, labels: Mapping[str, str]) -> list[Pool]:
-    """``GatherPools`` for one node, in allocation order."""
+    """``GatherPools`` for one node, in allocation order.
+
+    Slices are gathered in the scheduler's order, the node's own (``nodeName``) first, then those
+    for all or several nodes and those with counter sets, each in input order: a pool whose
+    slices disagree on ``resourceSliceCount`` is measured by the first one gathered.
+    """
     by_pool: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    for s in slices:
+    own = [s for s in slices if slice_spec(s).get("nodeName") and not slice_spec(s).get("sharedCounters")]
+    shared = [s for s in slices if not slice_spec(s).get("nodeName") or slice_spec(s).get("sharedCounters")]
+    for s in [*own, *shared]:
         sp = slice_spec(s)
         if sp.get("sharedCounters"):
             relevant = True

@@ -4,12 +4,13 @@ Called by ``dra-gpu explain``. For one pod's claims on one node it gathers pools
 generation, completeness, validity), walks pools by (driver, pool), slices by name and devices in
 spec order, tries each request's alternatives in order (``firstAvailable``), checks class then
 request selectors (cached per device and request), capacity, counters, taints and constraints,
-and backtracks until a complete allocation is found. A selector error aborts the whole attempt
-with the scheduler's message, and so does a search that tries more than ``MAX_SEARCH_STEPS``
-devices on one node (the scheduler's filter timeout). Pools are gathered by ``pools.py``, taints
-and capacity checked by ``checks.py``, constraints kept by ``constraints.py``;
-``candidates.py`` gives every device's first reason. Inputs are trusted to have the shapes
-``validate.py`` checks.
+and backtracks until a complete allocation is found, skipping at once any choice that would put a
+claim over 32 devices. A selector error aborts the whole attempt with the scheduler's message,
+and so do a found allocation whose node selectors cannot be merged (``createNodeSelector``) and a
+search that tries more than ``MAX_SEARCH_STEPS`` devices on one node (the filter timeout). Pools
+are gathered by ``pools.py``, taints and capacity checked by ``checks.py``, constraints kept by
+``constraints.py``; ``candidates.py`` gives every device's first reason. Inputs are trusted to
+have the shapes ``validate.py`` checks.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dra_driver.schedsim.allocator.model import (
     claim_requests,
     qty,
 )
-from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec
+from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec, unmergeable_terms
 from dra_driver.schedsim.cel import CelCompileError, CelError, CompiledSelector, DeviceView, compile_selector
 
 MAX_RESULTS = 32  # resourceapi.AllocationResultsMaxSize
@@ -123,6 +124,12 @@ class NodeAllocator:
             if any(p.invalid for p in self.pools):
                 return NodeOutcome(self.node, None, None, "invalid resource pools were encountered")
             return NodeOutcome(self.node, None, None, "cannot allocate all claims")
+        for claim, results in zip(self.claims, self.results, strict=True):  # createNodeSelector, after the search
+            terms = unmergeable_terms([r.source for r in results if r.source is not None])
+            if terms is not None:
+                name = (claim.get("metadata") or {}).get("name", "")
+                why = f"create NodeSelector for claim {name}: unsupported ResourceSlice.NodeSelector with {terms} terms"
+                return NodeOutcome(self.node, None, why, why)
         return NodeOutcome(self.node, [r for rs in self.results for r in rs], None, None)
 
     def _validate(self) -> None:  # noqa: PLR0912 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
@@ -135,16 +142,16 @@ class NodeAllocator:
                     for i, sel in enumerate(req.selectors):
                         if not sel:
                             raise AllocationAborted(
-                                f"claim {key}, request {req.name}, selector #{i}: "
+                                f"claim {key}, request {req.own_name}, selector #{i}: "
                                 "CEL expression empty (unsupported selector type?)"
                             )
                     if not req.class_name:
                         raise AllocationAborted(
-                            f"claim {key}, request {req.name}: missing device class name (unsupported request type?)"
+                            f"claim {key}, request {req.own_name}: missing device class name (unsupported request type?)"
                         )
                     if req.class_name not in self.classes:
                         raise AllocationAborted(
-                            f"claim {key}, request {req.name}: could not retrieve device class {req.class_name}: "
+                            f"claim {key}, request {req.own_name}: could not retrieve device class {req.class_name}: "
                             f'deviceclass.resource.k8s.io "{req.class_name}" not found'
                         )
                     if req.mode == "All":
@@ -152,7 +159,7 @@ class NodeAllocator:
                     elif req.mode == "ExactCount":
                         counts.append(req.count)
                     else:
-                        raise AllocationAborted(f"claim {key}, request {req.name}: unsupported count mode {req.mode}")
+                        raise AllocationAborted(f"claim {key}, request {req.own_name}: unsupported count mode {req.mode}")
                 total += min(counts) if counts else 0
             if total > MAX_RESULTS:
                 raise AllocationAborted(
@@ -174,12 +181,12 @@ class NodeAllocator:
         for pool in self.pools:
             if pool.incomplete:
                 raise AllocationAborted(
-                    f"claim {key}, request {req.name}: asks for all devices, "
+                    f"claim {key}, request {req.own_name}: asks for all devices, "
                     f"but resource pool {pool.pool_id} is currently being updated"
                 )
             if pool.invalid:
                 raise AllocationAborted(
-                    f"claim {key}, request {req.name}: asks for all devices, "
+                    f"claim {key}, request {req.own_name}: asks for all devices, "
                     f"but resource pool {pool.pool_id} is currently invalid"
                 )
             for s in pool.slices:
@@ -282,22 +289,21 @@ class NodeAllocator:
         if not in_sub and len(alts) > 1:
             return self._first_available(ci, ri, len(alts))
         req = alts[si]
+        devices = self.all_devices.get((ci, ri, si), []) if req.mode == "All" else []
+        if req.mode == "All" and not devices:
+            return False
+        need = len(devices) if req.mode == "All" else req.count
+        if di >= need:
+            return self._one(ci, ri + 1, 0, 0, False, (0, 0, 0))
+        if len(self.results[ci]) + need - di > MAX_RESULTS:
+            raise _LimitExceeded  # back to the nearest firstAvailable choice, or the claim before
         if req.mode == "All":
-            devices = self.all_devices[(ci, ri, si)]
-            if not devices:
-                return False
-            if di >= len(devices):
-                return self._one(ci, ri + 1, 0, 0, False, (0, 0, 0))
             self._step()
             pool, s, d = devices[di]
             undo = self._allocate(ci, req, pool, s, d, must=True)
             if undo is None:
                 return False
             return self._one_or_undo(undo, ci, ri, si, di + 1, in_sub, (0, 0, 0))
-        if di >= req.count:
-            return self._one(ci, ri + 1, 0, 0, False, (0, 0, 0))
-        if len(self.results[ci]) + req.count - di > MAX_RESULTS:
-            raise _LimitExceeded  # back to the nearest firstAvailable choice, or the claim before
         for pi in range(start[0], len(self.pools)):
             pool = self.pools[pi]
             if pool.incomplete or pool.invalid:
@@ -401,7 +407,7 @@ class NodeAllocator:
                 rollback()
                 if must:
                     raise AllocationAborted(
-                        f"claim {claim_key(self.claims[ci])}, request {req.name}: cannot add device "
+                        f"claim {claim_key(self.claims[ci])}, request {req.own_name}: cannot add device "
                         f"{did[0]}/{did[1]}/{did[2]} because a claim constraint would not be satisfied"
                     )
                 return None
@@ -437,7 +443,7 @@ class NodeAllocator:
             undo_steps.append(drop)
         n = len(self.results[ci])
         self.results[ci].append(
-            Result(claim_key(self.claims[ci]), req.name, did[0], did[1], did[2], shared, consumed, req.admin_access)
+            Result(claim_key(self.claims[ci]), req.name, did[0], did[1], did[2], shared, consumed, req.admin_access, (s, d))
         )
         undo_steps.append(lambda: self.results[ci].__delitem__(slice(n, None)))
         return rollback
