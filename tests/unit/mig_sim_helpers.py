@@ -16,6 +16,7 @@ def gpus(profile: str = "h100x8", node: str = "node-a") -> list[GpuInfo]:
 
 def sim_on(profile: str = "h100x8", **kwargs: object) -> tuple[MigSimulator, GpuInfo]:
     gs = gpus(profile)
+    # kwargs pass the simulator's keyword options (latency, boot_id, proc_root), each of its own type
     sim = MigSimulator(gs, state_file=kwargs.pop("state_file", None), **kwargs)  # type: ignore[arg-type]
     return sim, gs[0]
 
