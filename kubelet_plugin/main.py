@@ -1,7 +1,8 @@
 """Entry point of ``dra-gpu-kubelet-plugin``: wires settings, GPU source, state, sockets, publisher.
 
-Lifecycle: load GPUs → recover the checkpoint → start the DRA socket, then the registration
-socket (the kubelet may dial as soon as it sees it) → health → slice publisher. On SIGTERM:
+Lifecycle: load GPUs (the API client loads meanwhile, ``kubelet_plugin.api_link``) → recover the
+checkpoint → start the DRA socket, then the registration socket (the kubelet may dial as soon as
+it sees it) → health → wait for the API client → slice publisher. On SIGTERM:
 health NOT_SERVING, registration socket removed first (the kubelet deregisters), in-flight
 calls finish (grace), DRA socket removed, publisher stopped.
 """
@@ -12,7 +13,6 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
 import structlog
@@ -24,10 +24,11 @@ from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
 from dra_driver.core.mig_publish import Publication
 from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
-from dra_driver.files.checkpoint_store import CheckpointStore, Notice, read_boot_id
+from dra_driver.files.checkpoint_store import CheckpointStore, read_boot_id
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
+from kubelet_plugin.api_link import ApiLink
 from kubelet_plugin.health import SocketHealthServicer
 from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.registration import RegistrationServicer
@@ -54,17 +55,8 @@ class _Servers:
 
 
 def _build_state(
-    settings: Settings, gpus: list[GpuInfo], publication: Publication, backend: MigBackend | None, api_client: Any
+    settings: Settings, gpus: list[GpuInfo], publication: Publication, backend: MigBackend | None, link: ApiLink
 ) -> DeviceState:
-    from dra_driver.kube.claims_api import KubeClaimApi
-
-    claims = KubeClaimApi(api_client)
-
-    def notify(n: Notice) -> None:
-        claims.node_event(
-            node_name=settings.node_name, reason=n.reason, message=n.message, warning=n.warning, component=COMPONENT
-        )
-
     settings.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
     real = settings.fake_gpus is None
     return DeviceState(
@@ -79,13 +71,13 @@ def _build_state(
             nvidia_bin_dir=settings.nvidia_bin_dir,
         ),
         mps_root=settings.plugin_dir / "mps",
-        claims=claims,
+        claims=link,
         cdi=CdiStore(settings.cdi_root, settings.driver_name),
         checkpoints=CheckpointStore(settings.plugin_dir, read_boot_id(settings.boot_id_file)),
         lock_path=settings.plugin_dir / "serialize.lock",
         device_nodes=real,
         toolkit_devices=toolkit_device_names([settings.cdi_root, TOOLKIT_SPEC_DIR]) if real else frozenset(),
-        notify=notify,
+        notify=link.notify,
     )
 
 
@@ -145,13 +137,11 @@ def _gc_loop(state: DeviceState, interval_s: float, stop: threading.Event) -> No
 def run(settings: Settings, stop: threading.Event) -> int:
     """Run the plugin until ``stop`` is set; return the exit code."""
     structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
+    link = ApiLink(kubeconfig=settings.kubeconfig, node_name=settings.node_name, component=COMPONENT)
     source = make_source(fake_gpus=settings.fake_gpus, node_name=settings.node_name)
     gpus = source.gpus()
     log.info("gpus_found", source=source.describe(), count=len(gpus), uuids=[g.uuid for g in gpus])
 
-    from dra_driver.kube.client import load_api_client
-
-    api_client = load_api_client(settings.kubeconfig)
     backend: MigBackend | None = None
     if settings.mig is not MigStrategy.NONE:
         backend = make_mig_backend(
@@ -164,7 +154,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     # One publication: the start-up sweep only destroys dynamic instances, which the publication
     # (every placement, carved or not) does not list; static instances are never touched.
     publication = node_publication(gpus, settings.mig, backend, consumable=settings.consumable)
-    state = _build_state(settings, gpus, publication, backend, api_client)
+    state = _build_state(settings, gpus, publication, backend, link)
     state.startup()
     for note in publication.notes:
         log.warning("publication_note", note=note)
@@ -175,6 +165,11 @@ def run(settings: Settings, stop: threading.Event) -> int:
         counter_sets=len(publication.counter_sets),
     )
     servers = _start_servers(settings, state)
+    try:
+        api_client = link.wait()  # loaded while the sockets came up; a bad kubeconfig still fails start-up
+    except Exception:
+        _shutdown(servers, None)
+        raise
     gc_thread: threading.Thread | None = None
     if settings.gc_interval_s > 0:
         gc_thread = threading.Thread(target=_gc_loop, args=(state, settings.gc_interval_s, stop), name="claim-gc", daemon=True)

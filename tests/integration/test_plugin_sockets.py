@@ -233,3 +233,17 @@ def test_plugin_publishes_its_nodes_slices(tmp_path_factory: pytest.TempPathFact
         assert {"name": "node-pub", "generation": 1, "resourceSliceCount": 1} == spec["pool"]
     finally:
         assert 0 == p.stop()
+
+
+def test_a_bad_kubeconfig_still_fails_start_up_and_leaves_no_sockets(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The API client loads while the sockets come up; a kubeconfig it cannot load still stops the plugin."""
+    base = tmp_path_factory.mktemp("bad-kubeconfig")
+    bad = base / "kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    p = PluginProcess(base, kubeconfig=bad)
+    with pytest.raises(RuntimeError, match="plugin exited with 1"):
+        p.start()
+    failed = [e for e in p.logs() if e["event"] == "plugin_failed"]
+    assert len(failed) == 1 and "ConfigException" in failed[0].get("exception", "")
+    assert not p.plugin_dir.joinpath("dra.sock").exists()
+    assert list(p.registrar.glob("*.sock")) == []
