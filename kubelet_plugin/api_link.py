@@ -69,9 +69,9 @@ class ApiLink:
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """``KubeClaimApi.get_claim`` once the client is loaded."""
         if not self._ready.wait(LOOKUP_BUDGET_S):
-            raise TimeoutError(f"reading claim {namespace}/{name}: the API client is still loading")
+            raise TimeoutError("the API client is still loading")  # the caller names the claim
         if self._claims is None:
-            raise RuntimeError(f"reading claim {namespace}/{name}: no API client: {self._error}")
+            raise RuntimeError(f"no API client: {self._error}")
         return self._claims.get_claim(namespace, name)
 
     def notify(self, notice: Notice) -> None:
