@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kubelet
+# Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubelet and kube-proxy
 # from the Go modules pinned in e2e/go.mod (release in e2e/K8S_VERSION), and our
 # fake CRI runtime (e2e/cmd/fakecri) and the DRA differential oracle (e2e/cmd/celdiff), into
 #   ${DRA_GPU_CACHE:-$HOME/.cache/dra-gpu}/k8s-<version>/bin/
@@ -35,12 +35,13 @@ declare -A pkg=(
   [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
   [kubelet]=k8s.io/kubernetes/cmd/kubelet
+  [kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
   [fakecri]=./cmd/fakecri
   [celdiff]=./cmd/celdiff
 )
 # etcd and the apiserver first: every test needs them, the rest only some.
 names=("$@")
-(( ${#names[@]} )) || names=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet fakecri celdiff)
+(( ${#names[@]} )) || names=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy fakecri celdiff)
 
 # Our own programs change with the repo: stale if any of their inputs is newer.
 stale() {

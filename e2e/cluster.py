@@ -54,6 +54,11 @@ RUNTIME_CONFIG = (
 # every node unreachable after ~40 s; leave it out by default.
 DEFAULT_CONTROLLERS = ("*", "-node-lifecycle-controller")
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+# With a pod network: the Service range (its first address is the `kubernetes` Service that
+# in-cluster clients dial) and the range the nodes' pod subnets (10.244.<n>.0/24) come from.
+SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+CLUSTER_CIDR = "10.244.0.0/16"
 
 
 class ClusterError(RuntimeError):
@@ -106,6 +111,15 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def host_ip() -> str:
+    """This machine's address on its default route: what pods dial to reach the API server."""
+    out = subprocess.run(["ip", "-4", "route", "get", "192.0.2.200"], capture_output=True, text=True, check=False).stdout
+    found = re.search(r"\bsrc (\d+\.\d+\.\d+\.\d+)", out)
+    if not found:
+        raise ClusterError(f"cannot tell this machine's IPv4 address (ip route get printed {out!r}); a pod network needs one")
+    return found.group(1)
 
 
 def _openssl(*args: str | Path) -> None:
@@ -183,10 +197,12 @@ class LocalCluster:
         log_dir: Path | None = None,
         ready_timeout: float = 60.0,
         version: str = K8S_VERSION,
+        pod_network: bool = False,
     ) -> None:
         names = list(BINARIES[:2])
         names += ["kube-scheduler"] if with_scheduler else []
         names += ["kube-controller-manager"] if with_controller_manager else []
+        names += ["kube-proxy"] if pod_network else []
         self.binaries = find_binaries(names, version)
         self.version = version
         self.with_scheduler = with_scheduler
@@ -204,6 +220,11 @@ class LocalCluster:
         self.kubeconfig = self.workdir / "kubeconfig"
         self.ca_file = self.workdir / "ca.crt"
         self.etcd_url = ""
+        # pod_network: pods reach the API server through the `kubernetes` Service, which
+        # kube-proxy (iptables mode, one for the machine: every node shares its network
+        # namespace) maps to this machine's address; so the API server listens there too.
+        self.pod_network = pod_network
+        self.host_ip = host_ip() if pod_network else "127.0.0.1"
         self.ready_seconds = 0.0  # kube-apiserver start to /readyz OK
         self._procs: list[_Proc] = []
         self._ssl = ssl.create_default_context()
@@ -234,6 +255,8 @@ class LocalCluster:
         """Stop components newest first (SIGTERM, SIGKILL after ``timeout`` s); remove temp dir."""
         while self._procs:
             terminate(self._procs.pop().popen, timeout)
+        if self.pod_network:  # kube-proxy's iptables chains outlive it
+            subprocess.run([str(self.binaries["kube-proxy"]), "--cleanup"], capture_output=True, check=False)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     @property
@@ -263,6 +286,22 @@ class LocalCluster:
             with urllib.request.urlopen(req, context=self._ssl, timeout=30) as resp:
                 data: dict[str, Any] = json.loads(resp.read() or b"{}")
                 return data
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                detail: dict[str, Any] = json.loads(raw)
+            except ValueError:
+                detail = {"message": raw.decode(errors="replace")}
+            raise ApiError(err.code, detail) from None
+
+    def api_text(self, method: str, path: str, headers: Mapping[str, str] | None = None) -> str:
+        """One REST call as the cluster admin whose answer is text (pod logs); ApiError on HTTP errors."""
+        req = urllib.request.Request(
+            self.server + path, method=method, headers={"Authorization": f"Bearer {self.token}", **(headers or {})}
+        )
+        try:
+            with urllib.request.urlopen(req, context=self._ssl, timeout=30) as resp:
+                return str(resp.read().decode(errors="replace"))
         except urllib.error.HTTPError as err:
             raw = err.read()
             try:
@@ -308,7 +347,10 @@ class LocalCluster:
         ca_key, key, csr, ext = w / "ca.key", w / "apiserver.key", w / "apiserver.csr", w / "san.ext"
         _openssl(f"req -x509 {ec} -days 2 -subj /CN=dra-gpu-e2e-ca -keyout", ca_key, "-out", self.ca_file)
         _openssl(f"req {ec} -subj /CN=kube-apiserver -keyout", key, "-out", csr)
-        ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+        sans = "IP:127.0.0.1,DNS:localhost"
+        if self.pod_network:
+            sans += f",IP:{self.host_ip},IP:{KUBERNETES_SERVICE_IP},DNS:kubernetes.default.svc,DNS:kubernetes.default"
+        ext.write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n")
         x509 = "x509 -req -days 2 -CAcreateserial -in"
         _openssl(x509, csr, "-CA", self.ca_file, "-CAkey", ca_key, "-extfile", ext, "-out", w / "apiserver.crt")
         _openssl("ecparam -name prime256v1 -genkey -noout -out", w / "sa.key")
@@ -378,8 +420,8 @@ class LocalCluster:
             "kube-apiserver",
             [
                 f"--etcd-servers={self.etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={'0.0.0.0' if self.pod_network else '127.0.0.1'}",
+                f"--advertise-address={self.host_ip}",
                 f"--secure-port={self.port}",
                 f"--tls-cert-file={w / 'apiserver.crt'}",
                 f"--tls-private-key-file={w / 'apiserver.key'}",
@@ -391,10 +433,14 @@ class LocalCluster:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={w / 'sa.pub'}",
                 f"--service-account-signing-key-file={w / 'sa.key'}",
-                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
                 f"--client-ca-file={self.ca_file}",  # also publishes the authn configmap
-                "--endpoint-reconciler-type=none",  # 127.0.0.1 is not a valid endpoint
+                # 127.0.0.1 is not a valid endpoint; with a pod network the `kubernetes`
+                # Service's endpoint is this machine's address.
+                f"--endpoint-reconciler-type={'lease' if self.pod_network else 'none'}",
+                # Node names do not resolve here; reach kubelets (logs, exec) at their address.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 self._gates_flag(),
                 f"--runtime-config={runtime}",
                 "--profiling=false",
@@ -433,6 +479,31 @@ class LocalCluster:
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE  # self-signed serving cert in --cert-dir
         self._wait(proc, f"https://127.0.0.1:{port}/healthz", insecure)
+
+    def ensure_kube_proxy(self, node: str) -> None:
+        """Start kube-proxy (iptables mode), once for the whole machine, as the proxy of Node
+        ``node``, which must be registered: kube-proxy waits for its Node before it programs
+        anything. Returns once it serves /healthz. Only with ``pod_network``."""
+        if not self.pod_network:
+            raise ClusterError("kube-proxy needs LocalCluster(pod_network=True)")
+        if any(p.name == "kube-proxy" for p in self._procs):
+            return
+        health, metrics = free_port(), free_port()
+        proc = self._spawn(
+            "kube-proxy",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                "--proxy-mode=iptables",
+                f"--cluster-cidr={CLUSTER_CIDR}",
+                f"--hostname-override={node}",
+                "--nodeport-addresses=primary",
+                f"--healthz-bind-address=127.0.0.1:{health}",
+                f"--metrics-bind-address=127.0.0.1:{metrics}",
+                "--conntrack-max-per-core=0",  # leave the machine's conntrack table alone
+                "--v=1",
+            ],
+        )
+        self._wait(proc, f"http://127.0.0.1:{health}/healthz", None)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

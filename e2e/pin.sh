@@ -34,7 +34,7 @@ go mod edit -go=1.26.0 -godebug=default=go1.26
 for m in $mods; do go mod edit -replace="${m}=${m}@${staging}"; done
 go mod edit -require="k8s.io/kubernetes@${version}" -require="go.etcd.io/etcd/server/v3@${etcd}"
 for t in k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
-         k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubelet \
+         k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
          go.etcd.io/etcd/server/v3; do
   go mod edit -tool="$t"
 done

@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2_grpc
 
 from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.inventory import node_publication
+from dra_driver.core.cdi import FAKE_DEVICE_NODE_HOST
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
 from dra_driver.core.mig_publish import Publication
@@ -75,7 +76,8 @@ def _build_state(
         cdi=CdiStore(settings.cdi_root, settings.driver_name),
         checkpoints=CheckpointStore(settings.plugin_dir, read_boot_id(settings.boot_id_file)),
         lock_path=settings.plugin_dir / "serialize.lock",
-        device_nodes=real,
+        device_nodes=True,
+        device_node_host="" if real else FAKE_DEVICE_NODE_HOST,
         toolkit_devices=toolkit_device_names([settings.cdi_root, TOOLKIT_SPEC_DIR]) if real else frozenset(),
         notify=link.notify,
     )

@@ -80,6 +80,7 @@ class DeviceState:
         checkpoints: CheckpointStore,
         lock_path: Path,
         device_nodes: bool,
+        device_node_host: str = "",
         toolkit_devices: frozenset[str] = frozenset(),
         notify: Callable[[Notice], None] | None = None,  # None for tests: notices are only logged
         lock_timeout_s: float = 10.0,
@@ -97,6 +98,7 @@ class DeviceState:
         self._cdi = cdi
         self._store = checkpoints
         self._device_nodes = device_nodes
+        self._device_node_host = device_node_host
         self._toolkit = toolkit_devices
         self._lock = NodeLock(lock_path)
         self._lock_timeout = lock_timeout_s
@@ -301,6 +303,7 @@ class DeviceState:
             claim=claim,
             devices=devices,
             device_nodes=self._device_nodes,
+            device_node_host=self._device_node_host,
             toolkit_devices=self._toolkit,
             prepared=cp.claims,
             node_targets=self.targets,

@@ -17,6 +17,11 @@ CDI_CLASS = "claim"
 SPEC_SUFFIX = ".json"
 # The CDI kind of the NVIDIA Container Toolkit's own spec (``nvidia.com/gpu=<uuid>`` device ids).
 TOOLKIT_CDI_KIND = "nvidia.com/gpu"
+# Fake GPUs get the device nodes a real GPU's container gets (/dev/nvidia<minor>, MIG caps,
+# /dev/nvidiactl...), each backed by this host device, which every node has; so the runtime's
+# CDI code path is the real one (it stats the host node and allows it in the device cgroup)
+# and a container can see its "GPU" in /dev.
+FAKE_DEVICE_NODE_HOST = "/dev/null"
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 _ENV_UNSAFE = re.compile(r"[^A-Z0-9]")
@@ -77,6 +82,8 @@ class DeviceEdits:
     env: dict[str, str] = field(default_factory=dict)
     device_nodes: tuple[str, ...] = ()
     mounts: tuple[Mount, ...] = ()
+    # When set, every device node is this host device (fake GPUs: FAKE_DEVICE_NODE_HOST).
+    device_node_host: str = ""
 
 
 def claim_spec(driver: str, claim_uid: str, devices: list[DeviceEdits]) -> dict[str, Any]:
@@ -85,7 +92,8 @@ def claim_spec(driver: str, claim_uid: str, devices: list[DeviceEdits]) -> dict[
     for d in devices:
         edits: dict[str, Any] = {"env": [f"{k}={v}" for k, v in sorted(d.env.items())]}
         if d.device_nodes:
-            edits["deviceNodes"] = [{"path": p} for p in d.device_nodes]
+            host = {"hostPath": d.device_node_host} if d.device_node_host else {}
+            edits["deviceNodes"] = [{"path": p, **host} for p in d.device_nodes]
         if d.mounts:
             edits["mounts"] = [
                 {"hostPath": m.host_path, "containerPath": m.container_path, "options": ["rbind", "rw"]} for m in d.mounts

@@ -192,6 +192,7 @@ def plan_claim(
     claim: ClaimAllocation,
     devices: Mapping[str, ResolvedDevice],
     device_nodes: bool,
+    device_node_host: str = "",
     toolkit_devices: frozenset[str] = frozenset(),
     prepared: Mapping[str, ClaimEntry] | None = None,
     node_targets: Mapping[str, DeviceTarget] | None = None,
@@ -201,7 +202,8 @@ def plan_claim(
 
     ``devices`` maps the claim's device names to what they resolve to (for dynamic MIG, after
     carving; before it, with ``mig`` None, to check the claim without side effects).
-    ``device_nodes`` adds ``/dev/nvidia*`` nodes (real GPUs). ``toolkit_devices`` holds device
+    ``device_nodes`` adds ``/dev/nvidia*`` nodes; ``device_node_host`` backs each of them with
+    that host device instead of the node of the same path (fake GPUs). ``toolkit_devices`` holds device
     names of the host's NVIDIA Container Toolkit CDI spec; a device whose UUID is listed also
     gets ``nvidia.com/gpu=<uuid>`` so the runtime mounts the driver libraries. ``prepared``
     (other claims' checkpoint entries) lets the plan refuse a device another claim holds
@@ -251,7 +253,7 @@ def plan_claim(
         ):
             time_slices[dev.target.gpu.uuid] = TimeSlice(dev.target.gpu.uuid, config.sharing.time_slicing.interval)
         nodes = (f"/dev/nvidia{dev.target.gpu.minor}", *dev.caps_nodes, *CONTROL_DEVICE_NODES) if device_nodes else ()
-        edits.append(DeviceEdits(device, share_id, env, nodes, mounts))
+        edits.append(DeviceEdits(device, share_id, env, nodes, mounts, device_node_host))
         ids = [cdi_device_id(driver, claim.uid, device, share_id)]
         if dev.uuid in toolkit_devices:
             ids.append(f"{TOOLKIT_CDI_KIND}={dev.uuid}")

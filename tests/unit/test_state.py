@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from dra_driver.appkit.inventory import node_publication
-from dra_driver.core.cdi import validate_spec
+from dra_driver.core.cdi import FAKE_DEVICE_NODE_HOST, validate_spec
 from dra_driver.core.checkpoint import ClaimEntry, ClaimState
 from dra_driver.core.config import API_VERSION
 from dra_driver.core.mig import MigStrategy
@@ -252,6 +252,30 @@ def test_real_gpus_get_device_nodes_and_the_toolkit_device(tmp_path: Path) -> No
     spec = json.loads(next((tmp_path / "cdi").iterdir()).read_text())
     nodes = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
     assert ["/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] == nodes
+
+
+def test_fake_gpus_get_the_same_device_nodes_backed_by_a_host_device_every_node_has(tmp_path: Path) -> None:
+    """Fake GPUs: /dev/nvidia<minor> and the control nodes, each with hostPath /dev/null, no toolkit id."""
+    claims = Claims()
+    ref = claims.add(allocated_claim(devices=["gpu-3"]))
+    state = DeviceState(
+        driver=DRIVER,
+        node_name="node-a",
+        gpus=FakeGpuSource("h100x8", "node-a").gpus(),
+        claims=claims,
+        cdi=CdiStore(tmp_path / "cdi", DRIVER),
+        checkpoints=CheckpointStore(tmp_path / "plugin", "b"),
+        lock_path=tmp_path / "serialize.lock",
+        device_nodes=True,
+        device_node_host=FAKE_DEVICE_NODE_HOST,
+    )
+    state.startup()
+    dev = state.prepare([ref])[ref.uid].devices[0]
+    assert (f"k8s.{DRIVER}/claim={ref.uid}-gpu-3",) == dev.cdi_device_ids
+    spec = json.loads(next((tmp_path / "cdi").iterdir()).read_text())
+    nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
+    assert ["/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] == [n["path"] for n in nodes]
+    assert {"/dev/null"} == {n["hostPath"] for n in nodes}
 
 
 def test_admin_access_claims_do_not_block_and_are_not_blocked(tmp_path: Path) -> None:
