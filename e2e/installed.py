@@ -59,17 +59,16 @@ class Images:
 
 def build_images(progress: Callable[[str], None] | None = None, tag: str | None = None) -> Images:
     """Run build-local.sh (cheap when the tree is unchanged); its progress lines go to ``progress``."""
-    proc = subprocess.Popen(
-        [str(IMAGE_BUILD), *([tag] if tag else [])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
-    )
     err_lines: list[str] = []
-    assert proc.stderr is not None and proc.stdout is not None
-    for line in proc.stderr:
-        err_lines.append(line.rstrip())
-        if progress:
-            progress(line.rstrip())
-    out = proc.stdout.read().split()
-    if proc.wait() != 0 or len(out) < 2:
+    argv = [str(IMAGE_BUILD), *([tag] if tag else [])]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO) as proc:
+        assert proc.stderr is not None and proc.stdout is not None
+        for line in proc.stderr:
+            err_lines.append(line.rstrip())
+            if progress:
+                progress(line.rstrip())
+        out = proc.stdout.read().split()
+    if proc.returncode != 0 or len(out) < 2:
         raise ClusterError(f"{IMAGE_BUILD} failed ({proc.returncode}):\n" + "\n".join(err_lines[-30:]))
     app, shell = Path(out[-2]), Path(out[-1])
     found = re.fullmatch(r"dra-gpu-(.+)\.oci\.tar", app.name)
