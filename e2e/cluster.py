@@ -14,6 +14,7 @@ Only the standard library and the ``openssl`` CLI are used.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import json
 import os
@@ -59,6 +60,10 @@ BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 CLUSTER_CIDR = "10.244.0.0/16"
+# One pod-network cluster per machine: kube-proxy's iptables chains and the nodes' bridges are
+# machine-wide. A second one waits for this lock (POD_NETWORK_WAIT_S), then fails saying why.
+POD_NETWORK_LOCK = Path("/run/lock/dra-gpu-pod-network.lock")
+POD_NETWORK_WAIT_S = 900.0
 
 
 class ClusterError(RuntimeError):
@@ -225,6 +230,7 @@ class LocalCluster:
         # namespace) maps to this machine's address; so the API server listens there too.
         self.pod_network = pod_network
         self.host_ip = host_ip() if pod_network else "127.0.0.1"
+        self._network_lock: int | None = None
         self.ready_seconds = 0.0  # kube-apiserver start to /readyz OK
         self._procs: list[_Proc] = []
         self._ssl = ssl.create_default_context()
@@ -240,6 +246,8 @@ class LocalCluster:
 
     def start(self) -> None:
         try:
+            if self.pod_network:
+                self._lock_pod_network()
             self._write_credentials()
             self._start_etcd()
             self._start_apiserver()
@@ -257,6 +265,9 @@ class LocalCluster:
             terminate(self._procs.pop().popen, timeout)
         if self.pod_network:  # kube-proxy's iptables chains outlive it
             subprocess.run([str(self.binaries["kube-proxy"]), "--cleanup"], capture_output=True, check=False)
+        if self._network_lock is not None:
+            os.close(self._network_lock)  # releases the flock
+            self._network_lock = None
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     @property
@@ -479,6 +490,27 @@ class LocalCluster:
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE  # self-signed serving cert in --cert-dir
         self._wait(proc, f"https://127.0.0.1:{port}/healthz", insecure)
+
+    def _lock_pod_network(self) -> None:
+        POD_NETWORK_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(POD_NETWORK_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + POD_NETWORK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                    os.close(fd)
+                    raise ClusterError(
+                        f"another local cluster with a pod network runs on this machine (pid {holder or '?'}, "
+                        f"lock {POD_NETWORK_LOCK}); only one can: its kube-proxy and bridges are machine-wide"
+                    ) from None
+                time.sleep(1)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._network_lock = fd
 
     def ensure_kube_proxy(self, node: str) -> None:
         """Start kube-proxy (iptables mode), once for the whole machine, as the proxy of Node
