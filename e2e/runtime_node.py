@@ -50,6 +50,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -86,6 +87,9 @@ NODE_DIRS = {
     "/var/log/pods": "pod-logs",
     "/var/log/containers": "container-logs",
 }
+# What a reboot empties: /run is a tmpfs on a real node.
+RUN_DIRS = ("/var/run/cdi", "/run/containerd", "/run/netns")
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 STARTUP_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
@@ -158,6 +162,10 @@ class ContainerdNode:
         self.feature_gates.update(feature_gates or {})
         self.bridge = f"drag{index}"
         self.pod_cidr = f"10.244.{index}.0/24"
+        # The node's boot id: bind-mounted over the kernel's in the node's namespace, so the
+        # kubelet and the plugin (the chart mounts the host's file) see this node's own, which
+        # reboot() changes.
+        self.boot_id_file = self.workdir / "boot_id"
         self.containerd_config = self.workdir / "containerd.toml"
         self.kubelet_config = self.workdir / "kubelet.yaml"
         self.containerd_log = self.workdir / "containerd.log"
@@ -200,6 +208,8 @@ class ContainerdNode:
         for sub in NODE_DIRS.values():
             (self.fs / sub).mkdir(parents=True, exist_ok=True)
         (self.workdir / "cwd").mkdir(exist_ok=True)
+        if not self.boot_id_file.exists():
+            self.boot_id_file.write_text(f"{uuid.uuid4()}\n")
         self.containerd_config.write_text(self._containerd_toml())
         (self.fs / "cni-conf" / "10-dra-gpu.conflist").write_text(json.dumps(self._cni_conf(), indent=1) + "\n")
         binds = []
@@ -208,6 +218,7 @@ class ContainerdNode:
             binds.append(f"mount --bind {shlex.quote(str(self.fs / sub))} {shlex.quote(target)}")
         # Shared inside the namespace (private towards the machine): the kubelet's mounts under
         # /var/lib/kubelet reach the containers that containerd starts, as on a real node.
+        binds.append(f"mount --bind {shlex.quote(str(self.boot_id_file))} {BOOT_ID}")
         script = " && ".join(["mount --make-rshared /", *binds, f"export PATH={self.runtime_bin}:$PATH", 'exec "$@"'])
         unshare = [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private", "--"]
         argv: list[str | Path] = [*unshare, "sh", "-c", script, "containerd"]
@@ -266,6 +277,21 @@ class ContainerdNode:
     def stop_kubelet(self, timeout: float = 20.0) -> None:
         terminate(self._kubelet, timeout)
         self._kubelet = None
+
+    def reboot(self) -> str:
+        """Power-cycle the node: every container dies with containerd and the kubelet, what lives
+        in /run (CDI specs, containerd's state, network namespaces) is gone, the boot id is new;
+        then containerd and the kubelet start again (images and /var/lib survive). Returns the
+        new boot id once the Node is Ready again."""
+        self.stop_kubelet()
+        self.stop_runtime()
+        for target in RUN_DIRS:
+            shutil.rmtree(self.path(target), ignore_errors=True)
+        boot_id = str(uuid.uuid4())
+        self.boot_id_file.write_text(boot_id + "\n")
+        self.start_runtime()
+        self.start_kubelet()
+        return boot_id
 
     def check_alive(self) -> None:
         """ClusterError with the log tail if containerd or the kubelet has exited."""

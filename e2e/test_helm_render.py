@@ -140,12 +140,14 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "HEALTHCHECK_PORT": "51515",
         "PUBLISH_SLICES": "true",
         "GC_INTERVAL": "600",
+        "BOOT_ID_FILE": "/run/dra-gpu/host/boot_id",
     }
     assert c["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}
     sc = c["securityContext"]
     assert sc["privileged"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
-    # Host paths are mounted at the same paths inside; no driver root without NVML.
+    # Host paths are mounted at the same paths inside; no driver root without NVML. The node's
+    # boot id file is the one exception: procfs paths cannot be mount targets in a container.
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
     expected = {
@@ -153,8 +155,9 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "plugins": "/var/lib/kubelet/plugins",
         "cdi": "/var/run/cdi",
     }
-    assert mounts == expected
-    assert host == expected
+    assert mounts == {**expected, "boot-id": "/run/dra-gpu/host/boot_id"}
+    assert host == {**expected, "boot-id": "/proc/sys/kernel/random/boot_id"}
+    assert {"readOnly": True, "mountPath": "/run/dra-gpu/host/boot_id", "name": "boot-id"} in c["volumeMounts"]
 
 
 def test_daemonset_nvml_mode(helm: Helm) -> None:

@@ -28,7 +28,7 @@ from dra_driver.mig_backends.select import SIM_STATE_FILE
 from dra_driver.mig_backends.sim import load_instances, load_modes
 from e2e.cluster import ApiError
 from e2e.helm_cli import NAMESPACE, Helm
-from e2e.installed import Images, InstalledCluster, build_images
+from e2e.installed import WORKLOAD_IMAGE, Images, InstalledCluster, build_images
 from e2e.manifests import apply_file
 from e2e.runtime_node import ContainerdNode
 
@@ -276,19 +276,85 @@ def test_a_rolling_upgrade_keeps_running_pods_and_their_claims_and_the_new_plugi
         new = [(s["containerID"], s["restartCount"]) for s in after[name]["status"]["containerStatuses"]]
         assert old == new, name
     assert specs == {n: cdi_specs(node) for n, node in ic.nodes.items()}
-    # The one pod on node-a whose claim is its own: delete it and watch the new plugin unprepare.
-    victim = next(p for p in after.values() if p["spec"]["nodeName"] == "node-a" and p["metadata"]["name"] != "mps")
+    # A pod whose claim is its own (made from a template): delete it, watch the new plugin unprepare.
+    victim = next(p for p in after.values() if p["status"].get("resourceClaimStatuses"))
     uid = claim_of(ic, victim)["metadata"]["uid"]
     ic.c.api("DELETE", f"/api/v1/namespaces/{NS}/pods/{victim['metadata']['name']}?gracePeriodSeconds=0")
     ic.wait_gone(NS, [victim["metadata"]["name"]])
-    node = ic.nodes["node-a"]
+    node = ic.nodes[victim["spec"]["nodeName"]]
     deadline = time.monotonic() + 60
     while any(uid in s for s in cdi_specs(node)) and time.monotonic() < deadline:
         time.sleep(0.3)
     assert not any(uid in s for s in cdi_specs(node))
     assert uid not in checkpoint_claims(node)
-    new_a = plugin_pod_on(ic, "node-a")["metadata"]["name"]
+    new_a = plugin_pod_on(ic, node.name)["metadata"]["name"]
     assert any(e.get("event") == "claim_unprepared" and e.get("claim_uid") == uid for e in plugin_logs(ic, new_a))
+
+
+def gpu_pod(name: str, template: str, node: str) -> dict[str, Any]:
+    """A pod that restarts (as a Deployment's would), on ``node``, with one claim from ``template``."""
+    cmd = "env | grep -E '^(GPU_DEVICE|CUDA_)' | sort; ls -l /dev/nvidia* 2>/dev/null; sleep 3600"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "restartPolicy": "Always",
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [
+                {
+                    "name": "app",
+                    "image": WORKLOAD_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", cmd],
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+        },
+    }
+
+
+def test_after_a_node_reboot_claims_are_prepared_afresh_and_containers_start_with_their_devices(
+    ic: InstalledCluster,
+) -> None:
+    """Power-cycle node-a (containers die, /run emptied, new boot id): the plugin pod comes back,
+    sees the new boot, and the kubelet's prepare calls re-carve MIG and rewrite the CDI specs."""
+    node = ic.nodes["node-a"]
+    for name, template in (("reboot-mig", "mig-1g"), ("reboot-gpu", "h100")):
+        ic.c.api("POST", f"/api/v1/namespaces/{NS}/pods", gpu_pod(name, template, "node-a"))
+    pods = ic.wait_running(NS, ["reboot-mig", "reboot-gpu"])
+    before = {n: p["status"]["containerStatuses"][0]["containerID"] for n, p in pods.items()}
+    uids = {n: claim_of(ic, p)["metadata"]["uid"] for n, p in pods.items()}
+    mig_before = printed_env(ic.logs(NS, "reboot-mig"))
+    boot_id = node.reboot()
+    assert not cdi_specs(node) or all(u not in " ".join(cdi_specs(node)) for u in uids.values())
+    deadline = time.monotonic() + 180
+    while True:
+        now = {p["metadata"]["name"]: p for p in ic.pods(NS) if p["metadata"]["name"] in before}
+        ids = {n: (p["status"].get("containerStatuses") or [{}])[0].get("containerID") for n, p in now.items()}
+        restarted = all(
+            ids[n] and ids[n] != before[n] and "running" in now[n]["status"]["containerStatuses"][0]["state"] for n in ids
+        )
+        if restarted or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert restarted, [ic.explain_pod(NS, n) for n in before]
+    for name, uid in uids.items():
+        assert any(uid in spec for spec in cdi_specs(node)), (name, cdi_specs(node))
+        env = printed_env(ic.logs(NS, name))
+        assert uid in env.values(), env
+        assert "c 1, 3" in printed_device_nodes(ic.logs(NS, name)).values()
+    mig_after = printed_env(ic.logs(NS, "reboot-mig"))
+    (key,) = [k for k in mig_after if k.endswith("_UUID") and not k.endswith("PARENT_UUID")]
+    assert mig_after[key].startswith("MIG-") and mig_after[key] != mig_before[key]  # carved again after the reboot
+    cp = json.loads(node.path(f"{PLUGIN_DIR}/checkpoint.json").read_text())["data"]
+    assert boot_id == cp["nodeBootID"]
+    assert set(uids.values()) <= set(cp["claims"])
+    live = {
+        inst.uuid for insts in load_instances(node.path(f"{PLUGIN_DIR}/fake-gpus/{SIM_STATE_FILE}")).values() for inst in insts
+    }
+    assert mig_after[key] in live and mig_before[key] not in live
 
 
 def test_deleting_the_pods_and_helm_uninstall_leave_nothing_behind(ic: InstalledCluster) -> None:

@@ -70,6 +70,7 @@ def _build_state(
             state_dir=settings.fake_gpu_state_dir,
             mps_root=settings.plugin_dir / "mps",
             nvidia_bin_dir=settings.nvidia_bin_dir,
+            boot_id=read_boot_id(settings.boot_id_file),
         ),
         mps_root=settings.plugin_dir / "mps",
         claims=link,

@@ -5,7 +5,9 @@ get through ``nvidia-smi`` and ``nvidia-cuda-mps-control`` is written to
 ``<fake GPU state dir>/sharing-state.json`` (under an flock, atomically), and a daemon's pipe,
 log and shm directories are created as the real one's would be, so tests and the e2e suite can
 check exactly what was applied and that unprepare restored it. Like the GPUs' MIG state, the
-records outlive the plugin process.
+records outlive the plugin process, and like it they do not outlive the node's boot: given the
+node's boot id, the first access after it changed forgets every time slice and daemon (a reboot
+reloads the driver, which resets time slices, and ends the MPS daemons).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ STATE_FILE = "sharing-state.json"
 class SimulatedSharing:
     """A ``SharingBackend`` that records instead of touching hardware."""
 
-    def __init__(self, state_dir: Path, mps_root: Path) -> None:
+    def __init__(self, state_dir: Path, mps_root: Path, boot_id: str = "") -> None:
+        self._boot_id = boot_id
         self._file = state_dir / STATE_FILE
         self._lock = state_dir / (STATE_FILE + ".lock")
         self._mps_root = mps_root
@@ -41,6 +44,10 @@ class SimulatedSharing:
         with self._mutex, file_lock(self._lock, 60.0):
             state = read_sharing_state(self._file)
             before = json.dumps(state, sort_keys=True)
+            if self._boot_id and state["bootID"] != self._boot_id:
+                if state["bootID"]:  # records of an earlier boot (none: written before boot ids were kept)
+                    state["timeSlices"], state["mps"] = {}, {}
+                state["bootID"] = self._boot_id
             yield state
             if json.dumps(state, sort_keys=True) != before:
                 write_atomic(self._file, json.dumps(state, sort_keys=True, indent=1).encode(), mode=0o644)
@@ -75,9 +82,17 @@ class SimulatedSharing:
 
 
 def read_sharing_state(path: Path) -> dict[str, Any]:
-    """The recorded sharing state (``timeSlices``: GPU UUID → interval; ``mps``: id → daemon JSON)."""
+    """The recorded sharing state.
+
+    ``timeSlices``: GPU UUID → interval; ``mps``: id → daemon JSON; ``bootID``: the node boot they
+    belong to, empty if unknown.
+    """
     try:
         raw = json.loads(path.read_text())
     except FileNotFoundError:
         raw = {}
-    return {"timeSlices": dict(raw.get("timeSlices") or {}), "mps": dict(raw.get("mps") or {})}
+    return {
+        "timeSlices": dict(raw.get("timeSlices") or {}),
+        "mps": dict(raw.get("mps") or {}),
+        "bootID": str(raw.get("bootID") or ""),
+    }

@@ -53,7 +53,9 @@ def plugin(tmp_path: Path, apiserver: LocalCluster) -> Iterator[PluginProcess]:
 
 
 def state(p: PluginProcess) -> dict[str, Any]:
-    return read_sharing_state(p.plugin_dir / "fake-gpus" / "sharing-state.json")
+    """What is applied to the fake GPUs (the records' boot id aside)."""
+    recorded = read_sharing_state(p.plugin_dir / "fake-gpus" / "sharing-state.json")
+    return {k: recorded[k] for k in ("timeSlices", "mps")}
 
 
 def spec(p: PluginProcess, uid: str) -> dict[str, Any]:
