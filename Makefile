@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: all venv k8s lint check-protos protos unit integration e2e test demo bench fuzz soak clean
+.PHONY: all venv k8s images lint check-protos protos unit integration e2e test demo bench fuzz soak clean
 
 all: test
 
@@ -20,10 +20,20 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Kubernetes components built from source (cached under ~/.cache/dra-gpu/k8s-<version>).
+# Kubernetes components built from source (cached under ~/.cache/dra-gpu/k8s-<version>), Helm,
+# and the container runtime the installed-path e2e and the demo run pods on (containerd + CNI +
+# pause, cached under ~/.cache/dra-gpu/runtime-<version>; runc, mmdebstrap and buildah from
+# Debian's packages, installed when missing).
 k8s:
+	scripts/host-tools.sh
 	e2e/build.sh >/dev/null
 	e2e/helm/build.sh >/dev/null
+	e2e/runtime/build.sh >/dev/null
+
+# The dra-gpu image and the demo's shell image, from deploy/container/Dockerfile without Docker
+# (OCI archives under ~/.cache/dra-gpu/images; reused while the image's inputs are unchanged).
+images: k8s
+	deploy/container/build-local.sh >/dev/null
 
 protos: venv
 	$(VENV)/bin/python scripts/gen_protos.py
@@ -45,17 +55,17 @@ unit: venv
 integration: venv k8s
 	pytest -q tests/integration
 
-e2e: venv k8s
+e2e: venv images
 	pytest -q e2e
 
-test: venv k8s lint
+test: venv images lint
 	pytest -q
 
 # Longer fuzzing than make test's fixed budget (which is DRA_GPU_FUZZ_SCALE=1).
 fuzz: venv
 	DRA_GPU_FUZZ_SCALE=$${DRA_GPU_FUZZ_SCALE:-20} pytest -q tests/fuzz
 
-demo: venv k8s
+demo: venv images
 	@echo "== what a node with 8 fake H100s publishes: dra-gpu inventory --fake-gpus h100x8 --node-name node-a (first slice)"
 	@dra-gpu inventory --fake-gpus h100x8 --node-name node-a | sed -n '1,40p'
 	@echo "..."
