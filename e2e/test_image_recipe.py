@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from e2e.cluster import ClusterError
+from e2e.runtime_node import find_runtime, runtime_version
+
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "deploy" / "container" / "Dockerfile"
 BUILD_LOCAL = REPO / "deploy" / "container" / "build-local.sh"
@@ -139,3 +142,13 @@ def test_build_local_names_the_package_of_a_missing_tool(tmp_path: Path, stubs: 
 def test_build_local_is_executable() -> None:
     assert os.access(BUILD_LOCAL, os.X_OK)
     assert BUILD_LOCAL.read_text().startswith("#!/usr/bin/env bash\n")
+
+
+def test_a_missing_runtime_names_the_script_that_builds_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without containerd in the cache, a runtime node fails at once naming e2e/runtime/build.sh."""
+    monkeypatch.setenv("DRA_GPU_CACHE", str(tmp_path))
+    with pytest.raises(ClusterError) as err:
+        find_runtime()
+    assert f"runtime-{runtime_version()}" in str(err.value)
+    assert "Build it with: " in str(err.value) and str(REPO / "e2e" / "runtime" / "build.sh") in str(err.value)
+    assert "containerd" in str(err.value)
