@@ -231,6 +231,8 @@ class LocalCluster:
         self.pod_network = pod_network
         self.host_ip = host_ip() if pod_network else "127.0.0.1"
         self._network_lock: int | None = None
+        self.kubelet_client_cert = self.workdir / "kubelet-client.crt"
+        self.kubelet_client_key = self.workdir / "kubelet-client.key"
         self.ready_seconds = 0.0  # kube-apiserver start to /readyz OK
         self._procs: list[_Proc] = []
         self._ssl = ssl.create_default_context()
@@ -248,6 +250,8 @@ class LocalCluster:
         try:
             if self.pod_network:
                 self._lock_pod_network()
+                # kube-proxy chains of a run killed before its stop(): with the lock held, nobody's
+                subprocess.run([str(self.binaries["kube-proxy"]), "--cleanup"], capture_output=True, check=False)
             self._write_credentials()
             self._start_etcd()
             self._start_apiserver()
@@ -263,10 +267,10 @@ class LocalCluster:
         """Stop components newest first (SIGTERM, SIGKILL after ``timeout`` s); remove temp dir."""
         while self._procs:
             terminate(self._procs.pop().popen, timeout)
-        if self.pod_network:  # kube-proxy's iptables chains outlive it
-            subprocess.run([str(self.binaries["kube-proxy"]), "--cleanup"], capture_output=True, check=False)
         if self._network_lock is not None:
-            os.close(self._network_lock)  # releases the flock
+            # kube-proxy's iptables chains outlive it (ours: we hold the lock), then release it
+            subprocess.run([str(self.binaries["kube-proxy"]), "--cleanup"], capture_output=True, check=False)
+            os.close(self._network_lock)
             self._network_lock = None
         shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -364,6 +368,14 @@ class LocalCluster:
         ext.write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n")
         x509 = "x509 -req -days 2 -CAcreateserial -in"
         _openssl(x509, csr, "-CA", self.ca_file, "-CAkey", ca_key, "-extfile", ext, "-out", w / "apiserver.crt")
+        if self.pod_network:
+            # Kubelets then listen on the machine's address, and authenticate callers by this CA:
+            # the API server's client certificate (logs, exec) is the one they accept.
+            ext.write_text("extendedKeyUsage=clientAuth\n")
+            subject = "/O=system:masters/CN=kube-apiserver-kubelet-client"
+            _openssl(f"req {ec} -subj {subject} -keyout", self.kubelet_client_key, "-out", w / "kubelet-client.csr")
+            ca = ("-CA", self.ca_file, "-CAkey", ca_key, "-extfile", ext)
+            _openssl(x509, w / "kubelet-client.csr", *ca, "-out", self.kubelet_client_cert)
         _openssl("ecparam -name prime256v1 -genkey -noout -out", w / "sa.key")
         _openssl("ec -pubout -in", w / "sa.key", "-out", w / "sa.pub")
         (w / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')
@@ -452,6 +464,7 @@ class LocalCluster:
                 f"--endpoint-reconciler-type={'lease' if self.pod_network else 'none'}",
                 # Node names do not resolve here; reach kubelets (logs, exec) at their address.
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
+                *self._kubelet_client_flags(),
                 self._gates_flag(),
                 f"--runtime-config={runtime}",
                 "--profiling=false",
@@ -495,11 +508,21 @@ class LocalCluster:
         POD_NETWORK_LOCK.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(POD_NETWORK_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + POD_NETWORK_WAIT_S
+        said = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not said:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                    print(
+                        f"waiting for another local cluster with a pod network (pid {holder or '?'}) to finish: "
+                        f"one per machine ({POD_NETWORK_LOCK})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    said = True
                 if time.monotonic() > deadline:
                     holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
                     os.close(fd)
@@ -511,6 +534,11 @@ class LocalCluster:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._network_lock = fd
+
+    def _kubelet_client_flags(self) -> list[str]:
+        if not self.pod_network:
+            return []
+        return [f"--kubelet-client-certificate={self.kubelet_client_cert}", f"--kubelet-client-key={self.kubelet_client_key}"]
 
     def ensure_kube_proxy(self, node: str) -> None:
         """Start kube-proxy (iptables mode), once for the whole machine, as the proxy of Node
@@ -531,7 +559,10 @@ class LocalCluster:
                 "--nodeport-addresses=primary",
                 f"--healthz-bind-address=127.0.0.1:{health}",
                 f"--metrics-bind-address=127.0.0.1:{metrics}",
-                "--conntrack-max-per-core=0",  # leave the machine's conntrack table alone
+                # Leave the machine's conntrack settings alone (table size and TCP timeouts).
+                "--conntrack-max-per-core=0",
+                "--conntrack-tcp-timeout-established=0",
+                "--conntrack-tcp-timeout-close-wait=0",
                 "--v=1",
             ],
         )

@@ -1,425 +1,390 @@
-"""``make demo``: a local cluster, fake GPUs, real scheduling and the kubelet's own DRA code.
+"""``make demo``: dra-gpu installed the way a platform team installs it, on nodes that run real containers.
 
-Starts etcd, kube-apiserver, kube-scheduler and kube-controller-manager built from source,
-two real kubelets (fake container runtime) as node-a (8x H100, dynamic MIG) and node-b (4x L4),
-a dra-gpu plugin per node (as local processes: nothing here runs containers), installs the Helm
-chart's cluster objects, applies the manifests in demo/, and prints pods → claims → devices → the
-CDI ids the kubelet handed to the runtime. Then it deletes the pods (the kubelet unprepares).
+What runs: the image built here from ``deploy/container/Dockerfile`` by
+``deploy/container/build-local.sh`` (no Docker needed; cached, so a warm run builds nothing), a
+local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager built from
+source) and two nodes, node-a and node-b, each a real kubelet on containerd + runc with a CNI
+pod network (``e2e/runtime_node.py``). ``helm install`` of ``deploy/helm/dra-gpu`` from that
+image runs the kubelet plugin as a DaemonSet (it registers through each kubelet's plugin
+registry and publishes the node's fake GPUs) and the admission webhook as a Deployment. The
+manifests in ``demo/`` are applied unchanged; their pods run in real containers to which
+containerd applied the plugin's CDI specs, and each prints its ``GPU_DEVICE_*`` / ``CUDA_*``
+env and its ``/dev/nvidia*`` nodes (fake GPUs get device nodes backed by /dev/null). On kind or
+a real cluster the same chart (with your registry's image) and the same manifests do the same.
 
-Second part, dynamic MIG: node-a's plugin runs ``--mig dynamic`` (the MIG simulator with
-realistic latencies), so each of its GPUs publishes the full GPU and every MIG placement. The
-``demo/mig-*.yaml`` manifests are applied one after the other (each waits for its allocation,
-so the first-fit placements are the same on every run), and the table shows pod → claim →
-allocated MIG device → the instance the plugin carved at NodePrepareResources (profile@start,
-MIG device UUID, read from the simulator's state). Deleting the pods destroys the instances and
-turns MIG mode off again.
+Part 1, two nodes with 8 fake H100s each, dynamic MIG (realistic simulator latencies), webhook
+on. The ``demo/mig-*.yaml`` pods go first, one at a time, each waiting for its allocation, with
+node-b cordoned: so they all land on an empty node-a and the first-fit placements are the same
+on every run. Then node-b is uncordoned and the full-GPU and sharing manifests are applied, and
+three that cannot be satisfied (``gpu-no-mig.yaml`` asks for a GPU without MIG: every GPU here is
+an H100). It prints pod → node → claim → allocated devices (for MIG the instance the plugin
+carved: profile@start and MIG UUID), the scheduler's reason for each Pending pod, the time slice
+and MPS daemon the sharing simulator recorded, what every container printed, and the webhook
+denying a bad GpuConfig. Deleting the objects unprepares; it checks that no CDI spec, checkpoint
+entry, MIG instance, GPU in MIG mode, time slice or MPS daemon is left.
 
-Third part, fractional GPUs: a third kubelet, node-c, whose plugin runs one fake 80Gi A100 with
-``--sharing consumable`` (published with allowMultipleAllocations and request policies on memory
-and computeShare). demo/consumable-20gi.yaml's four pods in two namespaces each get a 20Gi share
-of it (shareID, consumedCapacity), under the GPU's one MPS daemon with their limit as MPS client
-env; a fifth 20Gi pod stays Pending with the scheduler's reason. The time slice and MPS daemon of
-the first part's shared-claim.yaml and mps-claim.yaml are shown from the sharing simulator's
-records, and every part checks that unprepare left none behind. Then everything shuts down.
+Part 2, fractional GPUs: ``helm uninstall``, then ``helm install`` again with one fake 80Gi A100
+(``a100-80x1``), ``sharing.consumable=true``, ``mig.strategy=none`` and the plugin on node-a
+only (a nodeSelector), so the cluster has exactly one GPU. ``demo/consumable-20gi.yaml``'s four
+pods in two namespaces each get a 20Gi share (shareID, consumedCapacity) under the GPU's one MPS
+daemon, and their containers print their MPS client limits; a fifth 20Gi pod stays Pending with
+the scheduler's reason.
+
+Anything unexpected (a pod not Running, a Pending pod without a reason, something left behind)
+prints the pod's phase, conditions, events and container log and exits non-zero; every wait has a
+deadline. Logs of every component are kept under the printed directory when it fails.
 """
 
 from __future__ import annotations
 
-import json
+import copy
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from dra_driver.core.cdi import cdi_device_id
-from dra_driver.core.mig import MigInstance, profile_slug
+from dra_driver.core.config import API_VERSION
 from dra_driver.core.sharing import shared_daemon_id
-from dra_driver.mig_backends.sim import load_instances, load_modes
 from dra_driver.sharing_backends.sim import STATE_FILE, read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import LocalCluster
-from e2e.helm_cli import Helm
-from e2e.manifests import apply, apply_file, load
-from e2e.node import KubeletNode
-from e2e.plugin_process import PluginProcess
+from e2e.cluster import ApiError, ClusterError
+from e2e.demo_support import (
+    DEMO,
+    DRIVER,
+    MIG_NODE,
+    NODES,
+    OTHER_NODE,
+    PROFILE,
+    REPO,
+    SHARE_PROFILE,
+    DemoError,
+    Progress,
+    check_env,
+    claim_of,
+    cordon,
+    env_of,
+    kubectl_apply,
+    kubectl_delete,
+    objects,
+    printed,
+    published,
+    results_of,
+    say,
+    show_printed,
+    started_at,
+    stream,
+    table,
+    wait_allocated,
+    wait_clean,
+    wait_for,
+    wait_for_lock,
+    wait_pending,
+)
+from e2e.helm_cli import CHART, Helm, HelmError
+from e2e.installed import InstalledCluster, build_images
+from e2e.manifests import apply, load
+from e2e.node_state import carved, fake_state, sharing_lines
+from e2e.runtime_node import RUNTIME_BUILD, find_runtime
 
-DEMO = Path(__file__).resolve().parents[1] / "demo"
 NS = "dra-demo"
-DRIVER = "gpu.dra-gpu.dev"
-MIG_NODE = "node-a"
-MIG_ARGS = ("--mig", "dynamic", "--fake-mig-latency", "realistic")
-NODES = (("node-a", "h100x8", MIG_ARGS), ("node-b", "l4x4", ()))
-EXPECT_PENDING = {"unsatisfiable", "missing-attribute"}
-SHARE_NODE, SHARE_PROFILE, SHARE_ARGS = "node-c", "a100-80x1", ("--sharing", "consumable")
+VALUES = (f"gpus.fake.profile={PROFILE}", "mig.strategy=dynamic", "gpus.fake.migLatency=realistic", "webhook.enabled=true")
+MIG_FILES = ("mig-1g.yaml", "mig-pair.yaml", "mig-20gi.yaml", "mig-or-full.yaml")
+GPU_FILES = ("gpu-h100.yaml", "gpu-40gi.yaml", "gpu-driver-570.yaml", "two-gpus.yaml", "shared-claim.yaml", "mps-claim.yaml")
+PENDING_FILES = ("unsatisfiable.yaml", "missing-attribute.yaml", "gpu-no-mig.yaml")
+
+SHARE_VALUES = (
+    f"gpus.fake.profile={SHARE_PROFILE}",
+    "sharing.consumable=true",
+    "mig.strategy=none",
+    f"kubeletPlugin.nodeSelector.kubernetes\\.io/hostname={MIG_NODE}",
+)
+SHARE_FILE = "consumable-20gi.yaml"
 
 
-def say(msg: str) -> None:
-    print(msg, flush=True)
+def part1(ic: InstalledCluster) -> None:
+    say("")
+    say(f"== Part 1: helm install on {' and '.join(NODES)}, 8 fake H100s each, dynamic MIG, admission webhook")
+    sets = " ".join(f"--set {v}" for v in VALUES)
+    say(f"   helm install dra-gpu {CHART.relative_to(REPO)} -n dra-gpu {sets} (+ the image built here) --wait ...")
+    installed_at = time.time()
+    seconds = ic.helm_install(*VALUES)
+    plugins = sorted(f"{p['metadata']['name']} on {p['spec']['nodeName']}" for p in ic.plugin_pods())
+    say(f"   every pod of the release Ready in {seconds:.1f}s: {', '.join(plugins)} (image {ic.images.app_ref})")
+    say(f"   webhook reachable through its Service {ic.wait_webhook():.1f}s later")
+    if not wait_for(lambda: all(len(full_gpus(devs)) == 8 for devs in nodes_published(ic)), 60):
+        raise DemoError(f"the plugins did not publish 8 GPUs per node in 60s: {sorted(published(ic))}")
+    for node, devs in sorted(published(ic).items()):
+        say(f"   {node} publishes {len(full_gpus(devs))} GPUs and {len(devs) - len(full_gpus(devs))} MIG placements")
+
+    docs = objects(["namespace.yaml", *MIG_FILES, *GPU_FILES, *PENDING_FILES])
+    apply(ic.c, objects(["namespace.yaml"]))
+    say("")
+    say(f"-- MIG first, one manifest at a time, with {OTHER_NODE} cordoned: every slice lands on an empty {MIG_NODE},")
+    say("   first fit in the driver's order (GPU by minor, smallest profile, highest start), the same on every run")
+    cordon(ic, OTHER_NODE, True)
+    mig_pods: list[str] = []
+    for f in MIG_FILES:
+        for name in kubectl_apply(ic, [f]):
+            started = time.monotonic()
+            results = wait_allocated(ic, NS, name)
+            devices = ", ".join(f"{r['request']}: {r['device']}" for r in results)
+            say(f"      {name} allocated {devices} ({time.monotonic() - started:.1f}s)")
+            mig_pods.append(name)
+    cordon(ic, OTHER_NODE, False)
+    say(f"-- {OTHER_NODE} uncordoned; full GPUs, shared GPUs, and three claims nothing here can satisfy")
+    gpu_pods = kubectl_apply(ic, GPU_FILES)
+    pending = kubectl_apply(ic, PENDING_FILES)
+    running = [*mig_pods, *gpu_pods]
+    ic.wait_running(NS, running, timeout_s=180)
+    reasons = wait_pending(ic, NS, pending)
+    pods = {p["metadata"]["name"]: p for p in ic.pods(NS)}
+    first = min(t for n in running if (t := started_at(pods[n])) is not None)
+    say(f"   all {len(running)} GPU pods Running; the first {first - installed_at:.0f}s after helm install started")
+
+    rows = [["POD", "NODE", "CLAIM", "REQUEST", "ALLOCATED DEVICE", "CARVED AT PREPARE", "MIG DEVICE UUID"]]
+    instances = {n: carved(node, PROFILE) for n, node in ic.nodes.items()}
+    wrong: list[str] = []
+    mig_allocated: set[tuple[str, str]] = set()
+    for name in [*running, *pending]:
+        pod = pods[name]
+        node = pod["spec"].get("nodeName") or "-"
+        claim = claim_of(ic, pod)
+        results = results_of(claim)
+        claim_name = claim["metadata"]["name"] if claim else "-"
+        if not results:
+            rows.append([name, node, claim_name, "-", "(Pending)", "-", "-"])
+            continue
+        assert claim is not None
+        wrong += check_env(ic, pod, results, claim["metadata"]["uid"])
+        for r in results:
+            inst = instances.get(node, {}).get(r["device"])
+            if "-mig-" in r["device"]:
+                mig_allocated.add((node, r["device"]))
+                if inst is None:
+                    wrong.append(f"{name}: {r['device']} allocated but not carved on {node}")
+            what = f"{inst.profile_name}@{inst.placement.start}" if inst else "-"
+            rows.append([name, node, claim_name, r["request"], r["device"], what, inst.uuid or "-" if inst else "-"])
+    carved_now = {(n, d) for n, insts in instances.items() for d in insts}
+    if carved_now != mig_allocated:
+        wrong.append(f"MIG instances {sorted(carved_now)} are not the allocated MIG devices {sorted(mig_allocated)}")
+    say("")
+    say(table(rows))
+    say("")
+    say("   Pending, in the scheduler's words:")
+    for name, reason in reasons.items():
+        say(f"      {name}: {reason}")
+    say("      (gpu-no-mig asks for a GPU that cannot do MIG, e.g. an L4: every GPU here is an H100)")
+    lines = explain(ic, NS, "gpu-no-mig")
+    full_gpu = [line for line in lines if re.search(r"/gpu-\d+\s+no-match", line)]
+    say("   dra-gpu explain pod/gpu-no-mig -n dra-demo: the scheduler's rules, per device, on the live cluster:")
+    for line in [*lines[:2], *full_gpu[:1]]:
+        say(f"      {line[:170]}")
+    say(f"        ... ({len(lines) - 2} lines in all, one per device of both nodes, MIG placements included)")
+    say("   Sharing set at prepare (the simulators' record of what nvidia-smi / nvidia-cuda-mps-control would set):")
+    for n, gpu_node in ic.nodes.items():
+        for line in sharing_lines(gpu_node, PROFILE):
+            say(f"      {n}: {line}")
+    say("")
+    say("   What each container printed: its GPU_DEVICE_*/CUDA_* env, which the claim's CDI spec sets (containerd applies")
+    say("   it), and ls -l /dev/nvidia*, shortened to the names (a fake GPU's device nodes are /dev/null's, char 1,3):")
+    show_printed(ic, [pods[n] for n in running])
+    if wrong:
+        raise DemoError("the containers' env does not match the allocation:\n  " + "\n  ".join(wrong))
+    say("   every container's GPU_DEVICE_<device>[_RESOURCE_CLAIM] names exactly its claim's devices and uid: yes")
+
+    say("")
+    show_webhook(ic)
+
+    say("")
+    say("-- kubectl delete -f demo/...: the kubelet unprepares each claim, the plugin removes its CDI spec,")
+    say("   destroys the MIG instances (MIG mode off when a GPU has none left) and stops the sharing")
+    kubectl_delete(ic, docs)
+    ic.wait_gone(NS, [*running, *pending])
+    seconds, left = wait_clean(ic, PROFILE)
+    say(f"   {seconds:.1f}s after the pods were gone, on both nodes: " + ", ".join(f"{k} {v}" for k, v in left.items()))
 
 
-def pods(c: LocalCluster) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = c.api("GET", f"/api/v1/namespaces/{NS}/pods")["items"]
-    return items
+def explain(ic: InstalledCluster, ns: str, pod: str) -> list[str]:
+    """``dra-gpu explain pod/<pod>``'s lines (exit 1: something stays Pending, as expected here)."""
+    argv = [sys.executable, "-m", "dra_driver.cli.main", "explain", f"pod/{pod}", "-n", ns, "--kubeconfig", str(ic.c.kubeconfig)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 1:
+        raise DemoError(f"dra-gpu explain pod/{pod} exited {done.returncode} (1 expected):\n{done.stdout}{done.stderr}")
+    return done.stdout.splitlines()
 
 
-def settled(p: dict[str, Any]) -> bool:
-    if p["status"].get("phase") == "Running":
-        return True
-    return any(
-        c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message") for c in p["status"].get("conditions", [])
+def full_gpus(devices: Iterable[dict[str, Any]]) -> list[str]:
+    return [d["name"] for d in devices if "-mig-" not in d["name"]]
+
+
+def nodes_published(ic: InstalledCluster) -> list[list[dict[str, Any]]]:
+    by_node = published(ic)
+    return [by_node.get(n, []) for n in NODES]
+
+
+def show_webhook(ic: InstalledCluster) -> None:
+    bad = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "bad-config", "namespace": NS},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}],
+                "config": [
+                    {
+                        "opaque": {
+                            "driver": DRIVER,
+                            "parameters": {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "Magic"}},
+                        }
+                    }
+                ],
+            }
+        },
+    }
+    say("-- the admission webhook: a ResourceClaim whose GpuConfig says sharing: {strategy: Magic}")
+    try:
+        ic.c.api("POST", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", bad)
+    except ApiError as err:
+        say(f"   denied at create, HTTP {err.status}: {err.body.get('message', err.body)}")
+        if err.status != 422:
+            raise DemoError(f"expected the webhook's 422, got {err.status}") from None
+        return
+    raise DemoError("the API server accepted a claim with sharing strategy Magic: the webhook did not run")
+
+
+def part2(ic: InstalledCluster) -> None:
+    say("")
+    say(f"== Part 2: fractional GPUs: one fake 80Gi A100 ({SHARE_PROFILE}) on {MIG_NODE}, shared by capacity")
+    started = time.monotonic()
+    ic.helm_uninstall()
+    uninstalled = time.monotonic()
+    say(f"   helm uninstall dra-gpu --wait: {uninstalled - started:.1f}s")
+    sets = " ".join(f"--set {v}" for v in SHARE_VALUES)
+    say(f"   helm install dra-gpu {CHART.relative_to(REPO)} -n dra-gpu {sets} ...")
+    seconds = ic.helm_install(*SHARE_VALUES)
+    say(f"   every pod of the release Ready in {seconds:.1f}s (the plugin on {MIG_NODE} only: nodeSelector)")
+
+    # The first install's slices outlive it: when a plugin unregisters, its kubelet waits 30 s for
+    # it to come back before wiping its node's slices. node-a's new plugin re-registers (which
+    # cancels the wipe) and replaces them; node-b gets no plugin, so its H100 slices linger until
+    # the wipe. Wait for exactly one published GPU, so the scheduler sees what the demo says.
+    def one_gpu() -> bool:
+        by_node = published(ic)
+        return list(by_node) == [MIG_NODE] and [d["name"] for d in by_node[MIG_NODE]] == ["gpu-0"]
+
+    if not wait_for(one_gpu, 90):
+        raise DemoError(f"expected only {MIG_NODE}/gpu-0 published, have {published(ic)}")
+    (gpu,) = published(ic)[MIG_NODE]
+    say(
+        f"   {time.monotonic() - uninstalled:.1f}s after the uninstall the only slice is {MIG_NODE}'s gpu-0 "
+        f"(allowMultipleAllocations: {gpu.get('allowMultipleAllocations', False)}); {OTHER_NODE}'s old slices "
+        "went when its kubelet wiped them (30 s after its plugin left)"
     )
 
+    docs = load(DEMO / SHARE_FILE)
+    fifth = copy.deepcopy(next(d for d in docs if d["kind"] == "Pod"))
+    fifth["metadata"]["name"] = fifth["metadata"]["name"][:-1] + "3"
+    four = [(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "Pod"]
+    kubectl_apply(ic, [SHARE_FILE])
+    for ns in sorted({ns for ns, _ in four}):
+        ic.wait_running(ns, [n for pns, n in four if pns == ns], timeout_s=120)
+    fifth_ns, fifth_name = fifth["metadata"]["namespace"], fifth["metadata"]["name"]
+    say(f"   and a fifth pod with a 20Gi claim, {fifth_ns}/{fifth_name} (a copy of share-a1)")
+    apply(ic.c, [fifth])
+    reason = wait_pending(ic, fifth_ns, [fifth_name])[fifth_name]
 
-def claim_results(c: LocalCluster, p: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-    """The pod's (first) claim name and its allocation results ([] while unallocated)."""
-    statuses = p["status"].get("resourceClaimStatuses") or []
-    name = statuses[0].get("resourceClaimName") if statuses else p["spec"]["resourceClaims"][0].get("resourceClaimName")
-    if not name:
-        return "-", []
-    claim = c.api("GET", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/{name}")
-    alloc = (claim.get("status") or {}).get("allocation")
-    results: list[dict[str, Any]] = alloc["devices"]["results"] if alloc else []
-    return str(name), results
+    rows = [["POD", "NODE", "CLAIM", "DEVICE", "SHARE ID", "CONSUMED CAPACITY"]]
+    pods = []
+    wrong: list[str] = []
+    for ns, name in [*four, (fifth_ns, fifth_name)]:
+        pod = ic.pod(ns, name)
+        claim = claim_of(ic, pod)
+        results = results_of(claim)
+        if not results:
+            rows.append([f"{ns}/{name}", "-", claim["metadata"]["name"] if claim else "-", "(Pending)", "-", "-"])
+            continue
+        assert claim is not None
+        pods.append(pod)
+        (r,) = results
+        consumed = ", ".join(f"{k} {v}" for k, v in sorted((r.get("consumedCapacity") or {}).items()))
+        rows.append([f"{ns}/{name}", pod["spec"]["nodeName"], claim["metadata"]["name"], r["device"], r.get("shareID") or "-",
+                     consumed])  # fmt: skip
+        env = env_of(printed(ic, ns, name, pod["spec"]["containers"][0]["name"]))
+        if not env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "").endswith("=20480M"):
+            wrong.append(f"{ns}/{name}: no CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=<uuid>=20480M in {sorted(env)}")
+    say("")
+    say(table(rows))
+    say("")
+    say(f"   {fifth_name} is Pending, in the scheduler's words: {reason}")
+    node = ic.nodes[MIG_NODE]
+    for line in sharing_lines(node, SHARE_PROFILE):
+        say(f"   {MIG_NODE}: {line}")
+    (gpu_info,) = FakeGpuSource(SHARE_PROFILE, MIG_NODE).gpus()
+    daemons = list(read_sharing_state(fake_state(node, STATE_FILE))["mps"])
+    if daemons != [shared_daemon_id(gpu_info)]:
+        wrong.append(f"expected one MPS daemon {shared_daemon_id(gpu_info)}, the simulator has {daemons}")
+    say("")
+    say("   What each container printed (its share as MPS client limits: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=<GPU>=20480M):")
+    show_printed(ic, pods, qualified=True)
+    if len(pods) != len(four) or wrong:
+        raise DemoError("the shares are not what the demo says:\n  " + "\n  ".join(wrong or [f"{len(pods)} allocated"]))
 
-
-def claim_of(c: LocalCluster, p: dict[str, Any]) -> tuple[str, list[str]]:
-    name, results = claim_results(c, p)
-    return name, [f"{r['pool']}/{r['device']}" for r in results]
-
-
-def specs_left(plugins: list[PluginProcess]) -> int:
-    """Claim CDI specs still on disk across the nodes' plugins."""
-    return sum(len(pl.cdi_files()) for pl in plugins)
-
-
-def table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+    say("")
+    say("-- kubectl delete -f demo/consumable-20gi.yaml (and the fifth pod)")
+    kubectl_delete(ic, [*docs, fifth])
+    for ns in sorted({ns for ns, _ in [*four, (fifth_ns, fifth_name)]}):
+        ic.wait_gone(ns, [n for pns, n in [*four, (fifth_ns, fifth_name)] if pns == ns])
+    seconds, left = wait_clean(ic, SHARE_PROFILE)
+    say(f"   {seconds:.1f}s after the pods were gone: " + ", ".join(f"{k} {v}" for k, v in left.items()))
 
 
 def run(workdir: Path) -> int:
-    with ExitStack() as stack:
-        say("== starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager (built from source)")
-        c = stack.enter_context(LocalCluster(with_scheduler=True, with_controller_manager=True, log_dir=workdir / "logs"))
-        nodes: dict[str, KubeletNode] = {}
-        plugins: list[PluginProcess] = []
-        for name, profile, extra in NODES:
-            flags = f" {' '.join(extra)}" if extra else ""
-            say(f"== starting kubelet {name} (fake container runtime) and the dra-gpu plugin with fake {profile}{flags}")
-            node = stack.enter_context(KubeletNode(c, name, workdir / name))
-            nodes[name] = node
-            plugin = PluginProcess(
-                workdir / f"plugin-{name}",
-                kubeconfig=c.kubeconfig,
-                node=name,
-                profile=profile,
-                publish=True,
-                registrar_dir=node.registrar_dir,
-                plugins_dir=node.plugins_dir,
-                extra_args=extra,
-            )
-            plugin.start()
-            stack.callback(plugin.stop)
-            plugins.append(plugin)
-            if not wait_registered(plugin):
-                say(f"   the kubelet did not register the plugin of {name}; log {plugin.log}")
-                return 1
-        say("== helm install deploy/helm/dra-gpu (DeviceClasses, RBAC, admission policy)")
-        Helm.built(workdir / "helm-home").install(c, "kubeletPlugin.enabled=false", "sharing.consumable=true")
-        apply_file(c, DEMO / "namespace.yaml")
-        names = []
-        for f in sorted(DEMO.glob("*.yaml")):
-            if f.name == "namespace.yaml" or f.name.startswith(("mig-", "consumable-")):
-                continue
-            say(f"   kubectl apply -f demo/{f.name}")
-            apply_file(c, f)
-            names += [d["metadata"]["name"] for d in load(f) if d["kind"] == "Pod"]
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (len(pods(c)) == len(names) and all(settled(p) for p in pods(c))):
-            time.sleep(0.5)
-        records: dict[str, list[str]] = {}
-        for node in nodes.values():
-            for rec in node.cdi_records():
-                records.setdefault(rec["pod_name"], []).extend(rec.get("cdi_devices") or [])
-        rows = [["POD", "NODE", "STATUS", "CLAIM", "DEVICES", "CDI IDS (as the kubelet passed them to the runtime)"]]
-        ok = True
-        why: list[str] = []
-        for p in sorted(pods(c), key=lambda p: str(p["metadata"]["name"])):
-            pname = p["metadata"]["name"]
-            claim, devices = claim_of(c, p)
-            status = p["status"].get("phase", "?")
-            if status != "Running":
-                cond: dict[str, Any] = next((x for x in p["status"].get("conditions", []) if x["type"] == "PodScheduled"), {})
-                why.append(f"{pname}: {cond.get('message', '')}")
-            ok = ok and (pname in EXPECT_PENDING) != (p["status"].get("phase") == "Running")
-            cdi = ", ".join(sorted(set(records.get(pname, [])))) or "-"
-            rows.append([pname, p["spec"].get("nodeName") or "-", status, claim, ", ".join(devices) or "-", cdi])
-        say("")
-        say(table(rows))
-        say("")
-        say("Why the pending pods are pending (the scheduler's words):")
-        for line in why:
-            say(f"  {line}")
-        say("")
-        say("And dra-gpu's answer, read live from the cluster (dra-gpu explain pod/NAME -n dra-demo, first lines):")
-        for pname in sorted(EXPECT_PENDING):
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "dra_driver.cli.main",
-                    "explain",
-                    f"pod/{pname}",
-                    "-n",
-                    NS,
-                    "--kubeconfig",
-                    str(c.kubeconfig),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            ).stdout
-            for line in out.splitlines()[:3]:
-                say(f"  {line[:200]}")
-        say("")
-        say("Sharing applied at prepare (the simulator's records of what nvidia-smi / nvidia-cuda-mps-control would set):")
-        for pl in plugins:
-            for line in sharing_lines(pl):
-                say(f"  {pl.node}: {line}")
-        say("")
-        prepared = specs_left(plugins)
-        say(f"== deleting the pods: the kubelet calls NodeUnprepareResources ({prepared} claim CDI specs on disk now)")
-        for pname in names:
-            c.api("DELETE", f"/api/v1/namespaces/{NS}/pods/{pname}?gracePeriodSeconds=0")
-        deadline = time.monotonic() + 90
-        left = specs_left(plugins)
-        while time.monotonic() < deadline and left > 0:
-            time.sleep(0.5)
-            left = specs_left(plugins)
-        kept = [f"{pl.node}: {line}" for pl in plugins for line in sharing_lines(pl)]
-        say(f"   claim CDI specs left after unprepare: {left}; time slices and MPS daemons left: {len(kept)}")
-        ok = ok and left == 0 and not kept
-        ok = run_mig(c, nodes[MIG_NODE], plugins[0]) and ok
-        ok = run_consumable(c, stack, workdir) and ok
-        say("== shutting down")
-    say("demo ok" if ok else "demo FAILED: a pod is not where it should be (see the table)")
-    return 0 if ok else 1
-
-
-def wait_for(cond: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.25)
-    return True
-
-
-def wait_registered(plugin: PluginProcess) -> bool:
-    """Wait until the kubelet has registered the plugin: a pod the kubelet gets before that fails to prepare
-    ("DRA driver ... is not registered") and waits for the kubelet's retry, about a minute."""
-    return wait_for(lambda: any(e.get("event") == "plugin_registered" for e in plugin.logs()), 30)
-
-
-def carved(plugin: PluginProcess) -> dict[str, MigInstance]:
-    """The simulator's instances on the plugin's node under their device names (gpu-<minor>-mig-<slug>-<start>)."""
-    if not plugin.sim_state.exists():
-        return {}
-    minor = {g.uuid: g.minor for g in FakeGpuSource(plugin.profile, plugin.node).gpus()}
-    return {
-        f"gpu-{minor[uuid]}-mig-{profile_slug(i.profile_name)}-{i.placement.start}": i
-        for uuid, insts in load_instances(plugin.sim_state).items()
-        for i in insts
-    }
-
-
-def mig_mode_on(plugin: PluginProcess) -> int:
-    """How many of the plugin's GPUs have MIG mode on."""
-    return sum(m.current for m in load_modes(plugin.sim_state).values()) if plugin.sim_state.exists() else 0
-
-
-def allocated_yet(c: LocalCluster, pod: str) -> bool:
-    return bool(claim_results(c, c.api("GET", f"/api/v1/namespaces/{NS}/pods/{pod}"))[1])
-
-
-def run_mig(c: LocalCluster, node: KubeletNode, plugin: PluginProcess) -> bool:
-    """The dynamic MIG part: the demo/mig-*.yaml pods on node-a, what was allocated and what was carved."""
-    say("")
-    say(f"== dynamic MIG on {node.name}: every GPU publishes the full GPU and each MIG placement (shared counters)")
-    names: list[str] = []
     started = time.monotonic()
-    for f in sorted(DEMO.glob("mig-*.yaml")):
-        say(f"   kubectl apply -f demo/{f.name}")
-        apply_file(c, f)
-        for pname in [d["metadata"]["name"] for d in load(f) if d["kind"] == "Pod"]:
-            names.append(pname)
-            # One at a time, so the first-fit placements do not depend on the scheduler's queue order.
-            wait_for(lambda: allocated_yet(c, names[-1]), 60)
-
-    def running() -> bool:
-        return all(p["status"].get("phase") == "Running" for p in pods(c) if p["metadata"]["name"] in names)
-
-    ok = wait_for(running, 120)
-    say(f"   all MIG pods Running {time.monotonic() - started:.1f}s after the first apply (carving included)")
-    instances = carved(plugin)
-    runtime: dict[str, set[str]] = {}
-    for rec in node.cdi_records():
-        runtime.setdefault(rec["pod_name"], set()).update(rec.get("cdi_devices") or [])
-    cdi_ok = True
-    rows = [["POD", "CLAIM", "REQUEST", "ALLOCATED DEVICE", "CARVED AT PREPARE (profile@start)", "MIG DEVICE UUID"]]
-    allocated: set[str] = set()
-    for p in sorted(pods(c), key=lambda p: str(p["metadata"]["name"])):
-        pname = p["metadata"]["name"]
-        claim, results = claim_results(c, p)
-        ok = ok and p["status"].get("phase") == "Running" and bool(results)
-        if results:
-            uid = c.api("GET", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/{claim}")["metadata"]["uid"]
-            cdi_ok = cdi_ok and runtime.get(pname) == {cdi_device_id(DRIVER, uid, r["device"]) for r in results}
-        for r in results:
-            device = r["device"]
-            inst = instances.get(device)
-            if inst is not None:
-                allocated.add(device)
-                what, uuid = f"{inst.profile_name}@{inst.placement.start}", inst.uuid or "-"
-            else:
-                what, uuid = "- (a full GPU: nothing to carve)", "-"
-            rows.append([pname, claim, r["request"], f"{r['pool']}/{device}", what, uuid])
-    say("")
-    say(table(rows))
-    say("")
-    mig_results = {r[3].split("/", 1)[1] for r in rows[1:] if "-mig-" in r[3]}
-    match = allocated == mig_results == set(instances)
-    ok = ok and match
-    verdict = "exactly the allocated MIG devices" if match else f"MISMATCH: allocated {sorted(mig_results)}"
-    say(f"   MIG instances on the simulated GPUs: {len(instances)}, {verdict}")
-    say(f"   the runtime got each claim's CDI ids (k8s.{DRIVER}/claim=<claim uid>-<device>): {'yes' if cdi_ok else 'NO'}")
-    ok = ok and cdi_ok
-    say("== deleting the MIG pods: the kubelet unprepares, the plugin destroys the instances and turns MIG mode off")
-    started = time.monotonic()
-    for pname in names:
-        c.api("DELETE", f"/api/v1/namespaces/{NS}/pods/{pname}?gracePeriodSeconds=0")
-    gone = wait_for(lambda: not carved(plugin) and not plugin.cdi_files() and not mig_mode_on(plugin), 90)
-    say(
-        f"   after {time.monotonic() - started:.1f}s: MIG instances left {len(carved(plugin))}, "
-        f"GPUs in MIG mode {mig_mode_on(plugin)}, claim CDI specs left {len(plugin.cdi_files())}"
-    )
-    return ok and gone
-
-
-def sharing_state(plugin: PluginProcess) -> dict[str, Any]:
-    return read_sharing_state(plugin.plugin_dir / "fake-gpus" / STATE_FILE)
-
-
-def sharing_lines(plugin: PluginProcess) -> list[str]:
-    """One line per time slice and MPS daemon the plugin's simulator records now."""
-    minor = {g.uuid: g.minor for g in FakeGpuSource(plugin.profile, plugin.node).gpus()}
-    state = sharing_state(plugin)
-    out = [f"time slice {interval} on gpu-{minor[uuid]}" for uuid, interval in sorted(state["timeSlices"].items())]
-    for daemon_id, d in sorted(state["mps"].items()):
-        limits = [f"{b >> 30}Gi pinned on gpu-{minor[u]}" for u, b in sorted(d["pinnedMemoryLimits"].items())]
-        threads = [f"{d['activeThreadPercentage']}% of the SMs"] if d["activeThreadPercentage"] else []
-        gpus = ", ".join(f"gpu-{minor[u]}" for u in d["gpuUUIDs"])
-        out.append(f"MPS daemon {daemon_id} on {gpus} ({', '.join([*threads, *limits]) or 'no default limits'})")
-    return out
-
-
-def cdi_env(plugin: PluginProcess, cdi_id: str) -> dict[str, str]:
-    """The env our CDI spec gives a container for ``cdi_id`` ({} if no spec has it)."""
-    name = cdi_id.partition("=")[2]
-    for path in sorted(plugin.cdi.glob("*.json")):
-        for d in json.loads(path.read_text()).get("devices", []):
-            if d["name"] == name:
-                return dict(e.split("=", 1) for e in d["containerEdits"].get("env", []))
-    return {}
-
-
-def run_consumable(c: LocalCluster, stack: ExitStack, workdir: Path) -> bool:
-    """The fractional-GPU part: four 20Gi shares of node-c's one 80Gi GPU from two namespaces, a fifth Pending."""
-    say("")
-    say(f"== fractional GPUs: kubelet {SHARE_NODE} and the plugin with fake {SHARE_PROFILE} {' '.join(SHARE_ARGS)}")
-    say("   (one 80Gi GPU, published with allowMultipleAllocations; DeviceClass shared.gpu.dra-gpu.dev selects it)")
-    started = time.monotonic()
-    node = stack.enter_context(KubeletNode(c, SHARE_NODE, workdir / SHARE_NODE))
-    plugin = PluginProcess(
-        workdir / f"plugin-{SHARE_NODE}",
-        kubeconfig=c.kubeconfig,
-        node=SHARE_NODE,
-        profile=SHARE_PROFILE,
-        publish=True,
-        registrar_dir=node.registrar_dir,
-        plugins_dir=node.plugins_dir,
-        extra_args=SHARE_ARGS,
-    )
-    plugin.start()
-    stack.callback(plugin.stop)
-    slices = f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={SHARE_NODE}"
-    if not (wait_registered(plugin) and wait_for(lambda: bool(c.api("GET", slices)["items"]), 30)):
-        say(f"   the plugin of {SHARE_NODE} did not register or publish; log {plugin.log}")
-        return False
-    say("   kubectl apply -f demo/consumable-20gi.yaml")
-    docs = load(DEMO / "consumable-20gi.yaml")
-    apply(c, docs)
-    four = [(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "Pod"]
-
-    def pod(ns: str, name: str) -> dict[str, Any]:
-        return c.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
-
-    ok = wait_for(lambda: all(pod(ns, n)["status"].get("phase") == "Running" for ns, n in four), 60)
-    fifth = next(d for d in docs if d["kind"] == "Pod")
-    fifth["metadata"]["name"] = fifth["metadata"]["name"][:-1] + "3"
-    fifth_ns, fifth_name = fifth["metadata"]["namespace"], fifth["metadata"]["name"]
-    say(f"   and a fifth 20Gi pod, {fifth_ns}/{fifth_name}")
-    apply(c, [fifth])
-    ok = wait_for(lambda: settled(pod(fifth_ns, fifth_name)), 30) and ok
-    rows = [["POD", "STATUS", "CLAIM", "DEVICE", "SHARE ID", "CONSUMED", "CONTAINER'S MPS CLIENT LIMIT (from our CDI spec)"]]
-    for ns, name in [*four, (fifth_ns, fifth_name)]:
-        p = pod(ns, name)
-        statuses = p["status"].get("resourceClaimStatuses") or [{}]
-        claim_name = statuses[0].get("resourceClaimName") or "-"
-        results: list[dict[str, Any]] = []
-        uid = ""
-        if claim_name != "-":
-            claim = c.api("GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{claim_name}")
-            uid = claim["metadata"]["uid"]
-            results = ((claim.get("status") or {}).get("allocation") or {"devices": {"results": []}})["devices"]["results"]
-        if not results:
-            rows.append([f"{ns}/{name}", p["status"].get("phase", "?"), claim_name, "-", "-", "-", "-"])
-            continue
-        (r,) = results
-        env = cdi_env(plugin, cdi_device_id(DRIVER, uid, r["device"], r.get("shareID")))
-        consumed = ", ".join(f"{k} {v}" for k, v in sorted((r.get("consumedCapacity") or {}).items()))
-        limit = env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "-")
-        rows.append([f"{ns}/{name}", p["status"]["phase"], claim_name, f"{r['pool']}/{r['device']}", r.get("shareID") or "-",
-                     consumed, limit])  # fmt: skip
-        ok = ok and (ns, name) in four and limit.endswith("=20480M")
-    say("")
-    say(table(rows))
-    say("")
-    fifth_pod = pod(fifth_ns, fifth_name)
-    reason = next((x.get("message", "") for x in fifth_pod["status"].get("conditions", []) if x["type"] == "PodScheduled"), "")
-    say(f"   {fifth_name} is Pending (the scheduler's words): {reason}")
-    ok = ok and fifth_pod["status"].get("phase") == "Pending"
-    for line in sharing_lines(plugin):
-        say(f"   {SHARE_NODE}: {line}")
-    gpu = FakeGpuSource(SHARE_PROFILE, SHARE_NODE).gpus()[0]
-    ok = ok and list(sharing_state(plugin)["mps"]) == [shared_daemon_id(gpu)]
-    say(f"   ({time.monotonic() - started:.1f}s from starting {SHARE_NODE}); deleting the pods: the kubelet unprepares")
-    for ns, name in [*four, (fifth_ns, fifth_name)]:
-        c.api("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}?gracePeriodSeconds=0")
-    empty: dict[str, Any] = {"timeSlices": {}, "mps": {}}
-    gone = wait_for(lambda: not plugin.cdi_files() and sharing_state(plugin) == empty, 60)
-    say(f"   claim CDI specs left {len(plugin.cdi_files())}, MPS daemons left {len(sharing_state(plugin)['mps'])}")
-    return ok and gone
+    say("== dra-gpu as a platform team installs it: the image, helm install, pods in real containers")
+    try:
+        find_runtime()
+    except ClusterError:
+        say(f"   building the container runtime (containerd, runc shim, CNI, pause; once): {RUNTIME_BUILD.relative_to(REPO)}")
+        stream([str(RUNTIME_BUILD)], Progress())
+    say("   image: deploy/container/build-local.sh (deploy/container/Dockerfile; builds only when the tree changed)")
+    images = build_images(Progress())
+    helm = Helm.built(workdir / "helm-home")
+    waited = wait_for_lock()
+    with InstalledCluster(workdir, helm, images, nodes=NODES, progress=lambda line: say(f"   {line}")) as ic:
+        try:
+            part1(ic)
+            part2(ic)
+        except (ClusterError, HelmError, DemoError) as err:
+            say("")
+            say(f"demo FAILED: {err}")
+            for diag in ic.node_diagnostics():
+                say(diag)
+            return 1
+        say("")
+        say("== shutting down (kubelets, containerd, control plane)")
+    took = time.monotonic() - started - waited
+    say(f"demo ok ({took:.0f}s" + (f", plus {waited:.0f}s waiting for the other cluster)" if waited else ")"))
+    return 0
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="dra-gpu-demo-") as tmp:
-        return run(Path(tmp))
+    workdir = Path(tempfile.mkdtemp(prefix="dra-gpu-demo-"))
+    code = 1
+    try:
+        code = run(workdir)
+    except (ClusterError, HelmError, DemoError) as err:
+        say(f"demo FAILED: {err}")
+    finally:
+        if code == 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            say(f"logs of every component: {workdir}")
+    return code
 
 
 if __name__ == "__main__":

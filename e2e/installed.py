@@ -29,7 +29,7 @@ from typing import Any, Self
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from e2e.cluster import ApiError, ClusterError, LocalCluster
 from e2e.helm_cli import CHART, NAMESPACE, RELEASE, Helm
-from e2e.runtime_node import ContainerdNode
+from e2e.runtime_node import ContainerdNode, sweep_leftovers
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_BUILD = REPO / "deploy" / "container" / "build-local.sh"
@@ -128,6 +128,8 @@ class InstalledCluster:
                 with_scheduler=True, with_controller_manager=True, pod_network=True, log_dir=self.workdir / "control-plane"
             )
         )
+        for leftover in sweep_leftovers():  # of a run killed before it could clean up
+            self.progress(f"removed {leftover} left by an earlier run")
         for i, name in enumerate(self.node_names, start=1):
             node = ContainerdNode(self.c, name, self.workdir / name, index=i, images=[self.images.app, self.images.shell])
             self.nodes[name] = self._stack.enter_context(node)

@@ -71,7 +71,7 @@ from e2e.cluster import (
 )
 
 RUNTIME_BUILD = E2E_DIR / "runtime" / "build.sh"
-RUNC = Path("/usr/sbin/runc")
+RUNC = Path(shutil.which("runc", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or "/usr/sbin/runc")
 # containerd's pinned sandbox image, built by e2e/runtime/build.sh (there is no registry).
 PAUSE_IMAGE = "localhost/pause:dra-gpu"
 SOCKET = "/run/containerd/containerd.sock"
@@ -118,7 +118,7 @@ def find_runtime() -> Path:
             f"Build it with: {RUNTIME_BUILD}"
         )
     if not os.access(RUNC, os.X_OK):
-        raise ClusterError(f"{RUNC} missing: apt-get install -y runc")
+        raise ClusterError("runc is missing: apt-get install -y runc")
     return bin_dir
 
 
@@ -198,10 +198,12 @@ class ContainerdNode:
 
     def stop(self, timeout: float = 20.0) -> None:
         """Stop the kubelet, every container of this node, containerd; drop the node's bridge."""
-        terminate(self._kubelet, timeout)
-        self._kubelet = None
-        self.stop_runtime(timeout)
-        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
+        try:
+            terminate(self._kubelet, timeout)
+            self._kubelet = None
+            self.stop_runtime(timeout)
+        finally:
+            subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
 
     def start_runtime(self) -> None:
         """Create the node's mount namespace with containerd in it; return once it answers."""
@@ -238,18 +240,20 @@ class ContainerdNode:
         if self._containerd is None:
             return
         namespace = self._mount_ns()
-        if self._containerd.poll() is None:
-            tasks = self.ctr("tasks", "list", "--quiet", check=False).stdout.split()
-            for task in tasks:
-                self.ctr("tasks", "kill", "--signal", "SIGKILL", task, check=False)
-            for task in tasks:
-                self.ctr("tasks", "delete", "--force", task, check=False)
-        terminate(self._containerd, timeout)
-        self._containerd = None
-        if namespace:  # shims of tasks containerd did not get to delete
-            for pid in _pids_in_mount_ns(namespace):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+        try:
+            if self._containerd.poll() is None:
+                tasks = self.ctr("tasks", "list", "--quiet", check=False, timeout=30).stdout.split()
+                for task in tasks:
+                    self.ctr("tasks", "kill", "--signal", "SIGKILL", task, check=False, timeout=30)
+                for task in tasks:
+                    self.ctr("tasks", "delete", "--force", task, check=False, timeout=30)
+        except subprocess.TimeoutExpired:
+            pass  # a hung containerd: the kill below still takes every process of the node down
+        finally:
+            terminate(self._containerd, timeout)
+            self._containerd = None
+            if namespace:  # shims of tasks containerd did not get to delete, and their containers
+                kill_trees(_pids_in_mount_ns(namespace))
 
     def start_kubelet(self) -> None:
         """Start the kubelet inside the node's namespace; return once the Node is Ready and untainted."""
@@ -406,7 +410,13 @@ state = "/run/containerd"
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
             "healthzPort": self.healthz_port,
-            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+            # It listens on the machine's address: only clients with a certificate of the cluster's
+            # CA (the API server's, for logs and exec) get in.
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": False},
+                "x509": {"clientCAFile": str(self.cluster.ca_file)},
+            },
             "authorization": {"mode": "AlwaysAllow"},
             "containerRuntimeEndpoint": f"unix://{SOCKET}",
             "cgroupDriver": "cgroupfs",
@@ -474,6 +484,50 @@ state = "/run/containerd"
                     return
             time.sleep(0.25)
         raise ClusterError(f"node {self.name} not Ready after {self.ready_timeout:.0f}s ({last})\n{self.diagnostics()}")
+
+
+def sweep_leftovers() -> list[str]:
+    """Remove what an earlier run killed with SIGKILL left behind: our containerd shims with
+    their containers (processes of this project's shim binary and their descendants) and the
+    nodes' bridges. Call only while holding the pod-network lock (``LocalCluster(pod_network=True)``
+    started): then no other run of ours is using them. Returns what it removed, for a log line."""
+    removed = []
+    shim = str(runtime_dir() / "bin" / "containerd-shim-runc-v2")
+    ours = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if str((entry / "exe").readlink()).removesuffix(" (deleted)") == shim:
+                    ours.append(int(entry.name))
+    if ours:
+        kill_trees(ours)
+        removed.append(f"{len(ours)} containerd shim(s) and their containers")
+    links = subprocess.run(["ip", "-o", "link", "show", "type", "bridge"], capture_output=True, text=True, check=False)
+    for name in re.findall(r"^\d+: (drag\d+)[:@]", links.stdout, re.MULTILINE):
+        subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
+        removed.append(f"bridge {name}")
+    return removed
+
+
+def kill_trees(pids: Sequence[int]) -> None:
+    """SIGKILL ``pids`` and every descendant of theirs."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    todo, seen = list(pids), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        todo.extend(children.get(pid, []))
+    for pid in seen:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _pids_in_mount_ns(namespace: str) -> list[int]:

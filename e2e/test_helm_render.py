@@ -140,9 +140,11 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "HEALTHCHECK_PORT": "51515",
         "PUBLISH_SLICES": "true",
         "GC_INTERVAL": "600",
-        "BOOT_ID_FILE": "/run/dra-gpu/host/boot_id",
+        "BOOT_ID_FILE": "/host/boot_id",
     }
     assert c["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}
+    # Ready once registered with the kubelet: a surge update keeps a registered plugin on the node.
+    assert c["readinessProbe"]["grpc"] == {"port": 51515, "service": "readiness"}
     sc = c["securityContext"]
     assert sc["privileged"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
@@ -155,9 +157,9 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "plugins": "/var/lib/kubelet/plugins",
         "cdi": "/var/run/cdi",
     }
-    assert mounts == {**expected, "boot-id": "/run/dra-gpu/host/boot_id"}
+    assert mounts == {**expected, "boot-id": "/host/boot_id"}
     assert host == {**expected, "boot-id": "/proc/sys/kernel/random/boot_id"}
-    assert {"readOnly": True, "mountPath": "/run/dra-gpu/host/boot_id", "name": "boot-id"} in c["volumeMounts"]
+    assert {"readOnly": True, "mountPath": "/host/boot_id", "name": "boot-id"} in c["volumeMounts"]
 
 
 def test_daemonset_nvml_mode(helm: Helm) -> None:
@@ -345,3 +347,11 @@ def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.
     assert (cs.node_name, cs.driver_name, cs.fake_gpus, cs.log_level) == ("node-ctl", "gpu.example.org", "b200x8", "debug")
     assert cs.mig is MigStrategy.DYNAMIC
     assert cs.consumable is False
+
+
+def test_without_a_health_port_there_are_no_probes(helm: Helm) -> None:
+    """healthcheckPort -1 turns the health server off, and with it both probes."""
+    docs = helm.template("gpus.fake.profile=h100x8", "kubeletPlugin.healthcheckPort=-1")
+    (c,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    assert "livenessProbe" not in c and "readinessProbe" not in c and "ports" not in c
+    assert "-1" == env_of(c)["HEALTHCHECK_PORT"]

@@ -25,18 +25,20 @@ import pytest
 from dra_driver.core.config import API_VERSION
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.mig_backends.select import SIM_STATE_FILE
-from dra_driver.mig_backends.sim import load_instances, load_modes
+from dra_driver.mig_backends.sim import load_instances
 from e2e.cluster import ApiError
 from e2e.helm_cli import NAMESPACE, Helm
 from e2e.installed import WORKLOAD_IMAGE, Images, InstalledCluster, build_images
 from e2e.manifests import apply_file
+from e2e.node_state import carved, cdi_specs, checkpoint_claims, mig_modes_on
 from e2e.runtime_node import ContainerdNode
 
 DEMO = Path(__file__).resolve().parents[1] / "demo"
 NS = "dra-demo"
 DRIVER = DEFAULT_DRIVER_NAME
 PLUGIN_DIR = f"/var/lib/kubelet/plugins/{DRIVER}"
-VALUES = ("gpus.fake.profile=h100x8", "mig.strategy=dynamic", "webhook.enabled=true")
+PROFILE = "h100x8"
+VALUES = (f"gpus.fake.profile={PROFILE}", "mig.strategy=dynamic", "webhook.enabled=true")
 WORKLOADS = ("gpu-h100.yaml", "two-gpus.yaml", "mig-1g.yaml", "shared-claim.yaml", "mps-claim.yaml")
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 CLAIMS = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims"
@@ -54,28 +56,6 @@ def ic(tmp_path_factory: pytest.TempPathFactory, helm: Helm, images: Images) -> 
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def cdi_specs(node: ContainerdNode) -> list[str]:
-    return sorted(p.name for p in node.path("/var/run/cdi").iterdir() if p.name.startswith(f"k8s.{DRIVER}-claim_"))
-
-
-def checkpoint_claims(node: ContainerdNode) -> dict[str, Any]:
-    path = node.path(f"{PLUGIN_DIR}/checkpoint.json")
-    if not path.exists():
-        return {}
-    claims: dict[str, Any] = json.loads(path.read_text())["data"]["claims"]
-    return claims
-
-
-def mig_instances(node: ContainerdNode) -> int:
-    state = node.path(f"{PLUGIN_DIR}/fake-gpus/{SIM_STATE_FILE}")
-    return sum(len(v) for v in load_instances(state).values()) if state.exists() else 0
-
-
-def mig_modes_on(node: ContainerdNode) -> int:
-    state = node.path(f"{PLUGIN_DIR}/fake-gpus/{SIM_STATE_FILE}")
-    return sum(1 for m in load_modes(state).values() if m.current or m.pending) if state.exists() else 0
 
 
 def claim_of(ic: InstalledCluster, pod: dict[str, Any]) -> dict[str, Any]:
@@ -99,13 +79,28 @@ def printed_env(log: str) -> dict[str, str]:
 
 
 def printed_device_nodes(log: str) -> dict[str, str]:
-    """``ls -l /dev/nvidia*`` lines → path: "c <major>, <minor>"."""
-    out = {}
+    """``ls -l /dev/nvidia*`` lines → path: "c <major>, <minor>" (the entries of a directory it
+    lists, e.g. ``/dev/nvidia-caps:``, under that directory)."""
+    out, directory = {}, ""
     for line in log.splitlines():
-        m = re.match(r"^(c)\S+\s+\d+\s+\S+\s+\S+\s+(\d+),\s*(\d+)\s.*\s(/dev/\S+)$", line)
+        if re.match(r"^/dev/\S+:$", line):
+            directory = line[:-1]
+            continue
+        m = re.match(r"^c\S+\s+\d+\s+\S+\s+\S+\s+(\d+),\s*(\d+)\s.*\s(\S+)$", line)
         if m:
-            out[m.group(4)] = f"c {m.group(2)}, {m.group(3)}"
+            path = m.group(3) if m.group(3).startswith("/") else f"{directory}/{m.group(3)}"
+            out[path] = f"c {m.group(1)}, {m.group(2)}"
     return out
+
+
+def printed(ic: InstalledCluster, pod: str, container: str = "") -> str:
+    """What a container printed, once it has printed its device nodes (it may run before it printed)."""
+    deadline = time.monotonic() + 30
+    log = ic.logs(NS, pod, container)
+    while "/dev/nvidia" not in log and time.monotonic() < deadline:
+        time.sleep(0.3)
+        log = ic.logs(NS, pod, container)
+    return log
 
 
 def plugin_logs(ic: InstalledCluster, pod: str) -> list[dict[str, Any]]:
@@ -167,6 +162,16 @@ def test_the_plugin_container_runs_unprivileged_read_only_with_no_capabilities(i
         assert root and "ro" in root[0].split()[5].split(","), root
 
 
+def container_mounts(node: ContainerdNode, container_id: str) -> dict[str, str]:
+    """A running container's mount points → the source directory on the machine (bind mounts)."""
+    pid = task_pid(node, container_id.removeprefix("containerd://"))
+    out = {}
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        fields = line.split()
+        out[fields[4]] = fields[3]  # mount point -> root of the mount within its filesystem
+    return out
+
+
 def task_pid(node: ContainerdNode, container_id: str) -> int:
     for line in node.ctr("tasks", "list").stdout.splitlines()[1:]:
         fields = line.split()
@@ -220,7 +225,7 @@ def test_workloads_run_in_real_containers_that_see_what_the_cdi_specs_give(ic: I
         claim = claim_of(ic, pod)
         results = claim["status"]["allocation"]["devices"]["results"]
         for container in pod["spec"]["containers"]:
-            log = ic.logs(NS, name, container["name"])
+            log = printed(ic, name, container["name"])
             env, nodes = printed_env(log), printed_device_nodes(log)
             for r in results:
                 prefix = "GPU_DEVICE_" + re.sub(r"[^A-Z0-9]", "_", r["device"].upper())
@@ -231,6 +236,8 @@ def test_workloads_run_in_real_containers_that_see_what_the_cdi_specs_give(ic: I
                 assert "c 1, 3" == nodes.get(f"/dev/nvidia{minor}"), (name, log)  # the fake GPU's node: /dev/null
                 if "-mig-" in r["device"]:
                     assert env.get(f"{prefix}_UUID", "").startswith("MIG-"), (name, env)
+                    caps = [p for p in nodes if p.startswith("/dev/nvidia-caps/nvidia-cap")]
+                    assert caps and {"c 1, 3"} == {nodes[p] for p in caps}, (name, log)  # the instance's caps
                     assert attrs["parentUUID"] == env.get(f"{prefix}_PARENT_UUID"), (name, env)
                 else:
                     assert attrs["uuid"] == env.get(f"{prefix}_UUID"), (name, env)
@@ -240,6 +247,12 @@ def test_workloads_run_in_real_containers_that_see_what_the_cdi_specs_give(ic: I
             if name == "mps":
                 assert "/tmp/nvidia-mps" == env.get("CUDA_MPS_PIPE_DIRECTORY"), env
                 assert "MPS" in env.values(), env
+                # The daemon's pipe and shm directories, bind-mounted by containerd from the spec.
+                status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == container["name"])
+                mounts = container_mounts(ic.nodes[node], status["containerID"])
+                daemon = f"/plugins/{DRIVER}/mps/"  # under the node's /var/lib/kubelet, wherever that lives
+                assert daemon in mounts.get("/tmp/nvidia-mps", "") and mounts["/tmp/nvidia-mps"].endswith("/pipe"), mounts
+                assert daemon in mounts.get("/dev/shm", "") and mounts["/dev/shm"].endswith("/shm"), mounts
     for name, node in ic.nodes.items():
         on_node = [p for p in pods.values() if p["spec"]["nodeName"] == name]
         assert len(cdi_specs(node)) == len({claim_of(ic, p)["metadata"]["uid"] for p in on_node})
@@ -326,9 +339,8 @@ def test_after_a_node_reboot_claims_are_prepared_afresh_and_containers_start_wit
     pods = ic.wait_running(NS, ["reboot-mig", "reboot-gpu"])
     before = {n: p["status"]["containerStatuses"][0]["containerID"] for n, p in pods.items()}
     uids = {n: claim_of(ic, p)["metadata"]["uid"] for n, p in pods.items()}
-    mig_before = printed_env(ic.logs(NS, "reboot-mig"))
+    mig_before = printed_env(printed(ic, "reboot-mig"))
     boot_id = node.reboot()
-    assert not cdi_specs(node) or all(u not in " ".join(cdi_specs(node)) for u in uids.values())
     deadline = time.monotonic() + 180
     while True:
         now = {p["metadata"]["name"]: p for p in ic.pods(NS) if p["metadata"]["name"] in before}
@@ -342,12 +354,16 @@ def test_after_a_node_reboot_claims_are_prepared_afresh_and_containers_start_wit
     assert restarted, [ic.explain_pod(NS, n) for n in before]
     for name, uid in uids.items():
         assert any(uid in spec for spec in cdi_specs(node)), (name, cdi_specs(node))
-        env = printed_env(ic.logs(NS, name))
+        env = printed_env(printed(ic, name))
         assert uid in env.values(), env
-        assert "c 1, 3" in printed_device_nodes(ic.logs(NS, name)).values()
-    mig_after = printed_env(ic.logs(NS, "reboot-mig"))
+        assert "c 1, 3" in printed_device_nodes(printed(ic, name)).values()
+    mig_after = printed_env(printed(ic, "reboot-mig"))
     (key,) = [k for k in mig_after if k.endswith("_UUID") and not k.endswith("PARENT_UUID")]
     assert mig_after[key].startswith("MIG-") and mig_after[key] != mig_before[key]  # carved again after the reboot
+    # The plugin saw the new boot: it said so (a Node Event too) and started its checkpoint afresh.
+    plugin = plugin_pod_on(ic, "node-a")["metadata"]["name"]
+    notices = [e for e in plugin_logs(ic, plugin) if e.get("event") == "checkpoint_notice"]
+    assert "NodeRebooted" in [e.get("reason") for e in notices], notices
     cp = json.loads(node.path(f"{PLUGIN_DIR}/checkpoint.json").read_text())["data"]
     assert boot_id == cp["nodeBootID"]
     assert set(uids.values()) <= set(cp["claims"])
@@ -365,7 +381,7 @@ def test_deleting_the_pods_and_helm_uninstall_leave_nothing_behind(ic: Installed
     ic.wait_gone(NS, names)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        left = {n: (cdi_specs(node), list(checkpoint_claims(node)), mig_instances(node)) for n, node in ic.nodes.items()}
+        left = {n: (cdi_specs(node), checkpoint_claims(node), len(carved(node, PROFILE))) for n, node in ic.nodes.items()}
         if all(v == ([], [], 0) for v in left.values()):
             break
         time.sleep(0.5)

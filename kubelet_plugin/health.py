@@ -1,12 +1,16 @@
-"""Liveness: a gRPC health service whose answer exercises the plugin's own sockets.
+"""Liveness and readiness: a gRPC health service whose answer exercises the plugin's own sockets.
 
 Check dials the registration socket (GetInfo) and the DRA socket (an empty
-NodePrepareResources, which touches no state); SERVING only when both answer. The kubelet's
-liveness probe (gRPC) calls it; ``kubelet_plugin.main`` starts it on a TCP port.
+NodePrepareResources, which touches no state); ``liveness`` is SERVING only when both answer.
+``readiness`` also needs the kubelet to have accepted our registration: a DaemonSet rolling
+update (surge) then removes the old plugin pod only once the new one is registered, so the node
+is never without a plugin the kubelet can call. The kubelet's probes (gRPC) call it;
+``kubelet_plugin.main`` starts it on a TCP port.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ from proto.pluginregistration import api_pb2 as reg
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 
 LIVENESS_SERVICE = "liveness"
+READINESS_SERVICE = "readiness"
 
 
 def probe_sockets(registration: Path, dra_socket: Path, timeout_s: float = 5.0) -> str | None:
@@ -38,15 +43,20 @@ def probe_sockets(registration: Path, dra_socket: Path, timeout_s: float = 5.0) 
 class SocketHealthServicer(health.HealthServicer):
     """Health whose ``""`` and ``liveness`` services reflect a live probe of the sockets."""
 
-    def __init__(self, registration: Path, dra_socket: Path) -> None:
+    def __init__(self, registration: Path, dra_socket: Path, registered: threading.Event | None = None) -> None:
         super().__init__()
         self._reg = registration
         self._dra = dra_socket
+        self._registered = registered or threading.Event()
 
     def Check(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
-        """Probe the sockets for the liveness service; other services as registered."""
-        if request.service in ("", LIVENESS_SERVICE):
+        """Probe the sockets (liveness), and the kubelet's verdict (readiness); other services as registered."""
+        if request.service in ("", LIVENESS_SERVICE, READINESS_SERVICE):
             problem = probe_sockets(self._reg, self._dra)
+            if request.service == READINESS_SERVICE and not self._registered.is_set():
+                problem = problem or "not registered with the kubelet yet"
+            if request.service == READINESS_SERVICE and self._gracefully_shutting_down:
+                problem = "shutting down"
             status = health_pb2.HealthCheckResponse.NOT_SERVING if problem else health_pb2.HealthCheckResponse.SERVING
             return health_pb2.HealthCheckResponse(status=status)
         return super().Check(request, context)

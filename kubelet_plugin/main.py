@@ -25,7 +25,7 @@ from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
 from dra_driver.core.mig_publish import Publication
 from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
-from dra_driver.files.checkpoint_store import CheckpointStore, read_boot_id
+from dra_driver.files.checkpoint_store import BootIdError, CheckpointStore, read_boot_id
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
@@ -56,7 +56,13 @@ class _Servers:
 
 
 def _build_state(
-    settings: Settings, gpus: list[GpuInfo], publication: Publication, backend: MigBackend | None, link: ApiLink
+    settings: Settings,
+    gpus: list[GpuInfo],
+    publication: Publication,
+    backend: MigBackend | None,
+    link: ApiLink,
+    *,
+    boot_id: str,
 ) -> DeviceState:
     settings.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
     real = settings.fake_gpus is None
@@ -70,12 +76,12 @@ def _build_state(
             state_dir=settings.fake_gpu_state_dir,
             mps_root=settings.plugin_dir / "mps",
             nvidia_bin_dir=settings.nvidia_bin_dir,
-            boot_id=read_boot_id(settings.boot_id_file),
+            boot_id=boot_id,
         ),
         mps_root=settings.plugin_dir / "mps",
         claims=link,
         cdi=CdiStore(settings.cdi_root, settings.driver_name),
-        checkpoints=CheckpointStore(settings.plugin_dir, read_boot_id(settings.boot_id_file)),
+        checkpoints=CheckpointStore(settings.plugin_dir, boot_id),
         lock_path=settings.plugin_dir / "serialize.lock",
         device_nodes=True,
         device_node_host="" if real else FAKE_DEVICE_NODE_HOST,
@@ -104,7 +110,7 @@ def _start_servers(settings: Settings, state: DeviceState) -> _Servers:
     secure_socket(paths.registration)
     log.info("sockets_listening", registration=str(paths.registration), dra=str(paths.dra))
 
-    health_servicer = SocketHealthServicer(paths.registration, paths.dra)
+    health_servicer = SocketHealthServicer(paths.registration, paths.dra, registration.registered)
     health_server: grpc.Server | None = None
     if settings.healthcheck_port >= 0:
         health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -140,6 +146,11 @@ def _gc_loop(state: DeviceState, interval_s: float, stop: threading.Event) -> No
 def run(settings: Settings, stop: threading.Event) -> int:
     """Run the plugin until ``stop`` is set; return the exit code."""
     structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
+    try:  # read once: the checkpoint and both simulators must agree on the boot
+        boot_id = read_boot_id(settings.boot_id_file)
+    except BootIdError as err:
+        log.error("boot_id_unreadable", error=str(err), hint="set BOOT_ID_FILE (--boot-id-file) to the node's boot id")
+        return 2
     link = ApiLink(kubeconfig=settings.kubeconfig, node_name=settings.node_name, component=COMPONENT)
     source = make_source(fake_gpus=settings.fake_gpus, node_name=settings.node_name)
     gpus = source.gpus()
@@ -152,12 +163,12 @@ def run(settings: Settings, stop: threading.Event) -> int:
             gpus=gpus,
             state_dir=settings.fake_gpu_state_dir,
             latency=settings.fake_mig_latency,
-            boot_id=read_boot_id(settings.boot_id_file),
+            boot_id=boot_id,
         )
     # One publication: the start-up sweep only destroys dynamic instances, which the publication
     # (every placement, carved or not) does not list; static instances are never touched.
     publication = node_publication(gpus, settings.mig, backend, consumable=settings.consumable)
-    state = _build_state(settings, gpus, publication, backend, link)
+    state = _build_state(settings, gpus, publication, backend, link, boot_id=boot_id)
     state.startup()
     for note in publication.notes:
         log.warning("publication_note", note=note)

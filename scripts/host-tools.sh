@@ -3,15 +3,18 @@
 #   runc        runs the containers of the installed-path e2e and `make demo` (containerd's runtime)
 #   mmdebstrap  makes the Debian base rootfs of the images (deploy/container/build-local.sh)
 #   buildah     builds deploy/container/Dockerfile without a container engine
+#   iptables    kube-proxy's Service rules; iproute2 (ip): the nodes' bridges and addresses
+#   gcc, libc6-dev  compile the pause binary (e2e/runtime/build.sh)
 # As root with apt-get: installs what is missing (quietly). Otherwise: one line per missing
-# package naming the command that installs it, and exit 2. Called by `make k8s`.
+# package naming it, and exit 2. Called by `make k8s`.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
 
 missing=()
-for pkg in runc mmdebstrap buildah; do
-  command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+for pair in runc:runc mmdebstrap:mmdebstrap buildah:buildah iptables:iptables ip:iproute2 gcc:gcc; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
+[[ -e /usr/include/stdio.h ]] || missing+=(libc6-dev)
 (( ${#missing[@]} )) || exit 0
 
 if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
@@ -25,6 +28,6 @@ if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
   exit 0
 fi
 for pkg in "${missing[@]}"; do
-  echo "$pkg is missing: apt-get install -y $pkg (as root)" >&2
+  echo "the Debian package $pkg is missing: install it (apt-get install -y $pkg, as root)" >&2
 done
 exit 2

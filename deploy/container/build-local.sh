@@ -159,7 +159,8 @@ if ! bah inspect --type image "$base_img" >/dev/null 2>&1; then
       "deb $mirror bookworm main" \
       "deb $mirror bookworm-updates main" \
       "deb http://deb.debian.org/debian-security bookworm-security main" \
-      | tar --delete --wildcards './dev/?*' > "$tmp"
+      2>"$out/mmdebstrap.log" | tar --delete --wildcards './dev/?*' > "$tmp" \
+      || { echo "mmdebstrap failed; the last lines of $out/mmdebstrap.log:" >&2; tail -n 40 "$out/mmdebstrap.log" >&2; exit 1; }
     mv -f "$tmp" "$base_tar"
     echo "made base rootfs in $((SECONDS - start))s ($(du -m "$base_tar" | cut -f1) MiB)" >&2
   fi
@@ -193,9 +194,15 @@ if [[ ! -f "$app_tar" ]]; then
   } > "$build_home/.config/pip/pip.conf"
   iidfile="$(mktemp)"
   tmp_files+=("$iidfile")
-  bah bud --isolation chroot --network host --layers=false --pull=never --force-rm \
+  # The build's own output (apt, pip, buildah) goes to a log; its tail is shown if it fails.
+  build_log="$out/build-local.log"
+  if ! bah bud --isolation chroot --network host --layers=false --pull=never --force-rm \
     --build-arg BASE_IMAGE="$base_img" --volume "$build_home:/root:ro" --iidfile "$iidfile" \
-    -f "$recipe" -t "$app_img" . >&2
+    -f "$recipe" -t "$app_img" . >"$build_log" 2>&1; then
+    echo "buildah bud failed; the last lines of $build_log:" >&2
+    tail -n 40 "$build_log" >&2
+    exit 1
+  fi
   # By image id from here on: a concurrent run building the same tag moves the name, not the id.
   iid="$(<"$iidfile")"
   tmp="$out/.dra-gpu-$tag.$$.oci.tar"

@@ -29,9 +29,23 @@ log = structlog.get_logger(__name__)
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
 
+class BootIdError(ValueError):
+    """The node's boot id cannot be read, or is empty: claims could not be told apart by boot."""
+
+
 def read_boot_id(path: Path = BOOT_ID_PATH) -> str:
-    """The kernel's boot id (changes on every reboot)."""
-    return path.read_text().strip()
+    """The node's boot id (changes on every reboot).
+
+    BootIdError names the file when it cannot be read or is empty (an empty id would make every
+    start look like a reboot).
+    """
+    try:
+        boot_id = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise BootIdError(f"cannot read the node's boot id from {path}: {err}") from err
+    if not boot_id:
+        raise BootIdError(f"the node's boot id file {path} is empty")
+    return boot_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,16 +15,18 @@ cd "$(dirname "$0")"
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
 export GOSUMDB="${GOSUMDB:-off}" CGO_ENABLED="${CGO_ENABLED:-0}"
 
-for tool in go gcc runc; do
+missing=0
+for tool in go gcc runc buildah; do
   if ! command -v "$tool" >/dev/null; then
     case "$tool" in
-      runc) echo "runc is missing: apt-get install -y runc" >&2 ;;
+      go) echo "go is missing: install Go (https://go.dev/dl/)" >&2 ;;
       gcc) echo "gcc is missing: apt-get install -y gcc libc6-dev" >&2 ;;
-      *) echo "$tool is missing: install Go (https://go.dev/dl/)" >&2 ;;
+      *) echo "$tool is missing: apt-get install -y $tool" >&2 ;;
     esac
-    exit 2
+    missing=1
   fi
 done
+(( missing == 0 )) || exit 2
 
 ctrd=github.com/containerd/containerd/v2
 cni=github.com/containernetworking/plugins
@@ -63,7 +65,11 @@ if [[ -x "$bin/pause" ]]; then
   echo "have  pause" >&2
 else
   k8s="$(tr -d '[:space:]' < ../K8S_VERSION)"
-  src="$(cd .. && go mod download -json "k8s.io/kubernetes@$k8s" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')/build/pause/linux/pause.c"
+  if ! info="$(cd .. && go mod download -json "k8s.io/kubernetes@$k8s" 2>&1)"; then
+    echo "go mod download k8s.io/kubernetes@$k8s failed: $(sed -n 's/^\t"Error": "\(.*\)",*$/\1/p' <<<"$info" | head -1)" >&2
+    exit 1
+  fi
+  src="$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' <<<"$info")/build/pause/linux/pause.c"
   [[ -f "$src" ]] || { echo "pause.c not found in the k8s.io/kubernetes@$k8s module ($src)" >&2; exit 1; }
   echo "build pause ($src) ..." >&2
   gcc -Os -static -Wall -DVERSION="\"$k8s-dra-gpu\"" -o "$tmp" "$src"
@@ -76,7 +82,6 @@ archive="$bin/../pause.oci.tar"
 if [[ -s "$archive" && "$archive" -nt "$bin/pause" ]]; then
   echo "have  pause image" >&2
 else
-  command -v buildah >/dev/null || { echo "buildah is missing: apt-get install -y buildah" >&2; exit 2; }
   ref=localhost/pause:dra-gpu
   ctr="$(buildah from scratch)"
   trap 'rm -f "$tmp"; buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT

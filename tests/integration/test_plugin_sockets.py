@@ -190,6 +190,24 @@ def test_health_probe_exercises_the_sockets(plugin: PluginProcess) -> None:
     assert health_pb2.HealthCheckResponse.SERVING == resp.status
 
 
+def test_readiness_waits_for_the_kubelet_to_accept_the_registration(plugin: PluginProcess) -> None:
+    """readiness (the chart's readinessProbe) is SERVING only while the kubelet has accepted us;
+    liveness does not care (a kubelet that is slow to register us is no reason to restart)."""
+    port = next(e["port"] for e in plugin.logs() if e["event"] == "health_listening")
+
+    def check(service: str) -> int:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            req = health_pb2.HealthCheckRequest(service=service)
+            return int(health_pb2_grpc.HealthStub(ch).Check(req, timeout=10).status)
+
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    assert (not_serving, serving) == (check("readiness"), check("liveness"))
+    plugin.notify(True)
+    assert (serving, serving) == (check("readiness"), check("liveness"))
+    plugin.notify(False, error="kubelet says no")
+    assert (not_serving, serving) == (check("readiness"), check("liveness"))
+
+
 def test_methods_answer_at_the_upstream_paths(plugin: PluginProcess, apiserver: LocalCluster) -> None:
     """The kubelet dials fixed method paths; call them by name, not through our generated stubs."""
     from proto.pluginregistration import api_pb2 as reg
@@ -246,4 +264,25 @@ def test_a_bad_kubeconfig_still_fails_start_up_and_leaves_no_sockets(tmp_path_fa
     failed = [e for e in p.logs() if e["event"] == "plugin_failed"]
     assert len(failed) == 1 and "ConfigException" in failed[0].get("exception", "")
     assert not p.plugin_dir.joinpath("dra.sock").exists()
+    assert list(p.registrar.glob("*.sock")) == []
+
+
+@pytest.mark.parametrize("content", [None, "", "\n"], ids=["missing", "empty", "blank"])
+def test_an_unreadable_or_empty_boot_id_stops_start_up_with_one_line_naming_the_file(
+    tmp_path_factory: pytest.TempPathFactory, content: str | None
+) -> None:
+    """An empty boot id would make every start look like a reboot (claims dropped): refuse it."""
+    base = tmp_path_factory.mktemp("boot-id")
+    p = PluginProcess(base, kubeconfig=base / "kubeconfig")  # never read: the boot id is checked first
+    p.boot_id.parent.mkdir(parents=True, exist_ok=True)
+    if content is None:
+        p.boot_id.unlink(missing_ok=True)
+        p.boot_id.mkdir()  # exists (so PluginProcess does not write one) but cannot be read as a file
+    else:
+        p.boot_id.write_text(content)
+    with pytest.raises(RuntimeError, match="plugin exited with 2"):
+        p.start()
+    (line,) = [e for e in p.logs() if e["event"] == "boot_id_unreadable"]
+    assert str(p.boot_id) in line["error"] and "BOOT_ID_FILE" in line["hint"]
+    assert not [e for e in p.logs() if e["event"] == "plugin_failed"]
     assert list(p.registrar.glob("*.sock")) == []
