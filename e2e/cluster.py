@@ -127,6 +127,16 @@ def host_ip() -> str:
     return found.group(1)
 
 
+def _api_error(err: urllib.error.HTTPError) -> ApiError:
+    """The API server's error answer as an ApiError (its Status body, or the raw text)."""
+    raw = err.read()
+    try:
+        detail: dict[str, Any] = json.loads(raw)
+    except ValueError:
+        detail = {"message": raw.decode(errors="replace")}
+    return ApiError(err.code, detail)
+
+
 def _openssl(*args: str | Path) -> None:
     """Run openssl; str arguments are split on spaces, Path arguments are kept whole."""
     argv = [w for a in args for w in ([str(a)] if isinstance(a, Path) else a.split())]
@@ -302,12 +312,7 @@ class LocalCluster:
                 data: dict[str, Any] = json.loads(resp.read() or b"{}")
                 return data
         except urllib.error.HTTPError as err:
-            raw = err.read()
-            try:
-                detail: dict[str, Any] = json.loads(raw)
-            except ValueError:
-                detail = {"message": raw.decode(errors="replace")}
-            raise ApiError(err.code, detail) from None
+            raise _api_error(err) from None
 
     def api_text(self, method: str, path: str, headers: Mapping[str, str] | None = None) -> str:
         """One REST call as the cluster admin whose answer is text (pod logs); ApiError on HTTP errors."""
@@ -318,12 +323,7 @@ class LocalCluster:
             with urllib.request.urlopen(req, context=self._ssl, timeout=30) as resp:
                 return str(resp.read().decode(errors="replace"))
         except urllib.error.HTTPError as err:
-            raw = err.read()
-            try:
-                detail: dict[str, Any] = json.loads(raw)
-            except ValueError:
-                detail = {"message": raw.decode(errors="replace")}
-            raise ApiError(err.code, detail) from None
+            raise _api_error(err) from None
 
     def add_node(
         self, name: str, labels: Mapping[str, str] | None = None, cpu: str = "32", memory: str = "256Gi", pods: str = "110"

@@ -48,7 +48,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from dra_driver.core.config import API_VERSION
 from dra_driver.core.sharing import shared_daemon_id
 from dra_driver.sharing_backends.sim import STATE_FILE, read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
@@ -87,7 +86,7 @@ from e2e.demo_support import (
 )
 from e2e.helm_cli import CHART, Helm, HelmError
 from e2e.installed import InstalledCluster, build_images
-from e2e.manifests import apply, load
+from e2e.manifests import apply, bad_config_claim, load
 from e2e.node_state import carved, fake_state, sharing_lines
 from e2e.runtime_node import RUNTIME_BUILD, find_runtime
 
@@ -228,24 +227,7 @@ def nodes_published(ic: InstalledCluster) -> list[list[dict[str, Any]]]:
 
 
 def show_webhook(ic: InstalledCluster) -> None:
-    bad = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "bad-config", "namespace": NS},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}],
-                "config": [
-                    {
-                        "opaque": {
-                            "driver": DRIVER,
-                            "parameters": {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "Magic"}},
-                        }
-                    }
-                ],
-            }
-        },
-    }
+    bad = bad_config_claim(NS, DRIVER)
     say("-- the admission webhook: a ResourceClaim whose GpuConfig says sharing: {strategy: Magic}")
     try:
         ic.c.api("POST", f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims", bad)

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from dra_driver.core.config import API_VERSION
 from e2e.cluster import LocalCluster
 
 _PLURALS: dict[tuple[str, str], tuple[str, bool]] = {
@@ -44,3 +45,20 @@ def apply(cluster: LocalCluster, objs: list[dict[str, Any]]) -> list[dict[str, A
 def apply_file(cluster: LocalCluster, path: Path) -> list[dict[str, Any]]:
     """Create every object of one manifest file."""
     return apply(cluster, load(path))
+
+
+def bad_config_claim(namespace: str, driver: str) -> dict[str, Any]:
+    """A ResourceClaim named bad-config whose GpuConfig names an unknown sharing strategy (Magic):
+    the chart's admission webhook must deny it at create time."""
+    parameters = {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "Magic"}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "bad-config", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": driver}}],
+                "config": [{"opaque": {"driver": driver, "parameters": parameters}}],
+            }
+        },
+    }

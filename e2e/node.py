@@ -45,7 +45,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -300,57 +300,18 @@ class KubeletNode:
         self._kubelet = self._spawn(argv, self.log_path)
 
     def _spawn(self, argv: list[str | Path], log: Path) -> subprocess.Popen[bytes]:
-        # The kubelet may act on relative paths it got from the runtime (it once globbed
-        # "*" for an empty log path), so it works in an empty directory of its own.
-        prefix = [p for p in [shutil.which("setpriv")] if p]
-        prefix += ["--pdeathsig", "KILL", "--"] if prefix else []
-        with log.open("ab") as out:
-            return subprocess.Popen(
-                [*prefix, *map(str, argv)],
-                cwd=self.workdir / "cwd",
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def _healthz(self) -> str:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.healthz_port}/healthz", timeout=2) as resp:
-                return str(resp.read().decode(errors="replace"))
-        except (OSError, urllib.error.URLError) as err:
-            return f"healthz: {err}"
+        return spawn_logged(argv, log, cwd=self.workdir / "cwd")
 
     def _wait_ready(self, since: float = 0.0) -> None:
-        """Until the Node is Ready with a heartbeat not older than ``since`` (Unix seconds)."""
-        deadline = time.monotonic() + self.ready_timeout
-        last = "Node not registered yet"
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
-                node = self.node()
-            except ApiError as err:
-                if err.status != 404:
-                    raise
-            else:
-                ready = [c for c in node.get("status", {}).get("conditions", []) if c.get("type") == "Ready"]
-                last = f"Ready condition: {ready}" if ready else "no Ready condition yet"
-                beat = ready[0].get("lastHeartbeatTime", "") if ready else ""
-                fresh = bool(beat) and datetime.fromisoformat(beat).timestamp() >= int(since)
-                if ready and ready[0].get("status") == "True" and fresh and self._healthz() == "ok":
-                    self._lift_startup_taints(node)
-                    return
-            time.sleep(0.25)
-        raise ClusterError(
-            f"node {self.name} not Ready after {self.ready_timeout:.0f}s ({last}; {self._healthz()})\n{self.diagnostics()}"
+        wait_node_ready(
+            self.cluster,
+            self.name,
+            healthz_port=self.healthz_port,
+            since=since,
+            timeout=self.ready_timeout,
+            check_alive=self.check_alive,
+            diagnostics=self.diagnostics,
         )
-
-    def _lift_startup_taints(self, node: dict[str, Any]) -> None:
-        taints = node.get("spec", {}).get("taints") or []
-        keep = [t for t in taints if t.get("key") not in STARTUP_TAINTS]
-        if len(keep) != len(taints):
-            patch = {"spec": {"taints": keep or None}}
-            self.cluster.api("PATCH", f"/api/v1/nodes/{self.name}", patch, "application/merge-patch+json")
 
     def _clean_host(self) -> None:
         """Without a namespace of its own the kubelet's mounts outlive it; undo them, deepest
@@ -369,3 +330,69 @@ class KubeletNode:
         ours = [p for p in points if any(p == r or p.startswith(r + "/") for r in roots)]
         for point in sorted(ours, key=len, reverse=True):  # stacked mounts appear once each
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def spawn_logged(argv: Sequence[str | Path], log: Path, *, cwd: Path) -> subprocess.Popen[bytes]:
+    """Start a node component with its output appended to ``log``, killed if this process dies.
+
+    The kubelet may act on relative paths it got from the runtime (it once globbed "*" for an
+    empty log path), so it works in ``cwd``, an empty directory of its own.
+    """
+    prefix = [p for p in [shutil.which("setpriv")] if p]
+    prefix += ["--pdeathsig", "KILL", "--"] if prefix else []
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [*prefix, *map(str, argv)],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def kubelet_healthz(port: int) -> str:
+    """The kubelet's /healthz answer ("ok" when healthy), or why there is none."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return str(resp.read().decode(errors="replace"))
+    except (OSError, urllib.error.URLError) as err:
+        return f"healthz: {err}"
+
+
+def wait_node_ready(
+    cluster: LocalCluster,
+    name: str,
+    *,
+    healthz_port: int,
+    since: float,
+    timeout: float,
+    check_alive: Callable[[], None],
+    diagnostics: Callable[[], str],
+) -> None:
+    """Until Node ``name`` is Ready with a heartbeat not older than ``since`` (Unix seconds) and its
+    kubelet's /healthz says ok; then lift the start-up taints only the (disabled) node-lifecycle
+    controller would. ClusterError with ``diagnostics()`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = "Node not registered yet"
+    while time.monotonic() < deadline:
+        check_alive()
+        try:
+            node = cluster.api("GET", f"/api/v1/nodes/{name}")
+        except ApiError as err:
+            if err.status != 404:
+                raise
+        else:
+            ready = [c for c in node.get("status", {}).get("conditions", []) if c.get("type") == "Ready"]
+            last = f"Ready condition: {ready}" if ready else "no Ready condition yet"
+            beat = ready[0].get("lastHeartbeatTime", "") if ready else ""
+            fresh = bool(beat) and datetime.fromisoformat(beat).timestamp() >= int(since)
+            if ready and ready[0].get("status") == "True" and fresh and kubelet_healthz(healthz_port) == "ok":
+                taints = node.get("spec", {}).get("taints") or []
+                keep = [t for t in taints if t.get("key") not in STARTUP_TAINTS]
+                if len(keep) != len(taints):
+                    patch = {"spec": {"taints": keep or None}}
+                    cluster.api("PATCH", f"/api/v1/nodes/{name}", patch, "application/merge-patch+json")
+                return
+        time.sleep(0.25)
+    raise ClusterError(f"node {name} not Ready after {timeout:.0f}s ({last}; {kubelet_healthz(healthz_port)})\n{diagnostics()}")

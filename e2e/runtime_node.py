@@ -48,18 +48,14 @@ import shutil
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 from e2e.cluster import (
     E2E_DIR,
-    ApiError,
     ClusterError,
     LocalCluster,
     cache_dir,
@@ -69,6 +65,7 @@ from e2e.cluster import (
     tail_log,
     terminate,
 )
+from e2e.node import spawn_logged, wait_node_ready
 
 RUNTIME_BUILD = E2E_DIR / "runtime" / "build.sh"
 RUNC = Path(shutil.which("runc", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or "/usr/sbin/runc")
@@ -90,7 +87,6 @@ NODE_DIRS = {
 # What a reboot empties: /run is a tmpfs on a real node.
 RUN_DIRS = ("/var/run/cdi", "/run/containerd", "/run/netns")
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-STARTUP_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 def runtime_version() -> str:
@@ -433,17 +429,7 @@ state = "/run/containerd"
         }
 
     def _spawn(self, argv: list[str | Path], log: Path) -> subprocess.Popen[bytes]:
-        prefix = [p for p in [shutil.which("setpriv")] if p]
-        prefix += ["--pdeathsig", "KILL", "--"] if prefix else []
-        with log.open("ab") as out:
-            return subprocess.Popen(
-                [*prefix, *map(str, argv)],
-                cwd=self.workdir / "cwd",
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        return spawn_logged(argv, log, cwd=self.workdir / "cwd")
 
     def _mount_ns(self) -> str:
         if self._containerd is None:
@@ -453,37 +439,16 @@ state = "/run/containerd"
         except OSError:
             return ""
 
-    def _healthz(self) -> str:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.healthz_port}/healthz", timeout=2) as resp:
-                return str(resp.read().decode(errors="replace"))
-        except (OSError, urllib.error.URLError) as err:
-            return f"healthz: {err}"
-
     def _wait_ready(self, since: float) -> None:
-        deadline = time.monotonic() + self.ready_timeout
-        last = "Node not registered yet"
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
-                node = self.node()
-            except ApiError as err:
-                if err.status != 404:
-                    raise
-            else:
-                ready = [c for c in node.get("status", {}).get("conditions", []) if c.get("type") == "Ready"]
-                last = f"Ready condition: {ready}" if ready else "no Ready condition yet"
-                beat = ready[0].get("lastHeartbeatTime", "") if ready else ""
-                fresh = bool(beat) and datetime.fromisoformat(beat).timestamp() >= int(since)
-                if ready and ready[0].get("status") == "True" and fresh and self._healthz() == "ok":
-                    taints = node.get("spec", {}).get("taints") or []
-                    keep = [t for t in taints if t.get("key") not in STARTUP_TAINTS]
-                    if len(keep) != len(taints):  # only the (disabled) node-lifecycle controller would lift them
-                        patch = {"spec": {"taints": keep or None}}
-                        self.cluster.api("PATCH", f"/api/v1/nodes/{self.name}", patch, "application/merge-patch+json")
-                    return
-            time.sleep(0.25)
-        raise ClusterError(f"node {self.name} not Ready after {self.ready_timeout:.0f}s ({last})\n{self.diagnostics()}")
+        wait_node_ready(
+            self.cluster,
+            self.name,
+            healthz_port=self.healthz_port,
+            since=since,
+            timeout=self.ready_timeout,
+            check_alive=self.check_alive,
+            diagnostics=self.diagnostics,
+        )
 
 
 def sweep_leftovers() -> list[str]:

@@ -22,14 +22,13 @@ from typing import Any
 
 import pytest
 
-from dra_driver.core.config import API_VERSION
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.mig_backends.select import SIM_STATE_FILE
 from dra_driver.mig_backends.sim import load_instances
 from e2e.cluster import ApiError
 from e2e.helm_cli import NAMESPACE, Helm
 from e2e.installed import WORKLOAD_IMAGE, Images, InstalledCluster, build_images
-from e2e.manifests import apply_file
+from e2e.manifests import apply_file, bad_config_claim
 from e2e.node_state import carved, cdi_specs, checkpoint_claims, mig_modes_on
 from e2e.runtime_node import ContainerdNode
 
@@ -182,28 +181,7 @@ def task_pid(node: ContainerdNode, container_id: str) -> int:
 
 def test_the_webhook_deployment_denies_a_bad_config_at_create_time(ic: InstalledCluster) -> None:
     """The chart's webhook runs as a Deployment; the real API server calls it through its Service."""
-    bad = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "bad-config", "namespace": "default"},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}],
-                "config": [
-                    {
-                        "opaque": {
-                            "driver": DRIVER,
-                            "parameters": {
-                                "apiVersion": API_VERSION,
-                                "kind": "GpuConfig",
-                                "sharing": {"strategy": "Magic"},
-                            },
-                        }
-                    }
-                ],
-            }
-        },
-    }
+    bad = bad_config_claim("default", DRIVER)
     with pytest.raises(ApiError) as err:
         ic.c.api("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", bad)
     assert 422 == err.value.status, err.value.body

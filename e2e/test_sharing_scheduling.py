@@ -88,7 +88,8 @@ class SharingCluster:
 
     def sharing_state(self, node: str) -> dict[str, Any]:
         """What the node's sharing simulator recorded: ``timeSlices`` (GPU UUID → interval), ``mps`` (id → daemon)."""
-        return read_sharing_state(self.plugins[node].plugin_dir / "fake-gpus" / STATE_FILE)
+        recorded = read_sharing_state(self.plugins[node].plugin_dir / "fake-gpus" / STATE_FILE)
+        return {k: recorded[k] for k in ("timeSlices", "mps")}  # what is applied (the records' boot id aside)
 
     def empty(self, path: str) -> bool:
         """True when the collection at ``path`` lists nothing."""

@@ -6,8 +6,8 @@ get through ``nvidia-smi`` and ``nvidia-cuda-mps-control`` is written to
 log and shm directories are created as the real one's would be, so tests and the e2e suite can
 check exactly what was applied and that unprepare restored it. Like the GPUs' MIG state, the
 records outlive the plugin process, and like it they do not outlive the node's boot: given the
-node's boot id, the first access after it changed forgets every time slice and daemon (a reboot
-reloads the driver, which resets time slices, and ends the MPS daemons).
+node's boot id, the simulator forgets every time slice and daemon of an earlier boot when it is
+created (a reboot reloads the driver, which resets time slices, and ends the MPS daemons).
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class SimulatedSharing:
         self._mps_root = mps_root
         self._mutex = threading.Lock()
         state_dir.mkdir(parents=True, exist_ok=True)
+        if boot_id:
+            with self._state():  # at start, as a reboot resets the GPUs: not at the first change after it
+                pass
 
     @contextmanager
     def _state(self) -> Iterator[dict[str, Any]]:

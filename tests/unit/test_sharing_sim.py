@@ -41,3 +41,12 @@ def test_records_from_before_boot_ids_were_kept_are_adopted_not_dropped(tmp_path
     new.set_time_slice("GPU-2", TimeSliceInterval.SHORT)
     state = read_sharing_state(tmp_path / "fake" / STATE_FILE)
     assert ({"GPU-1": "Long", "GPU-2": "Short"}, "boot-1") == (state["timeSlices"], state["bootID"])
+
+
+def test_the_reset_happens_at_start_not_at_the_first_change_after_the_reboot(tmp_path: Path) -> None:
+    """A node that rebooted and prepares nothing still shows no daemon of the earlier boot."""
+    first = SimulatedSharing(tmp_path / "fake", tmp_path / "mps", boot_id="boot-1")
+    first.start_mps(daemon())
+    SimulatedSharing(tmp_path / "fake", tmp_path / "mps", boot_id="boot-2")
+    state = read_sharing_state(tmp_path / "fake" / STATE_FILE)
+    assert ({}, "boot-2") == (state["mps"], state["bootID"])
