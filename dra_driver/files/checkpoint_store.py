@@ -27,6 +27,7 @@ from dra_driver.files.atomic import fsync_dir, remove_stale_temps, write_atomic
 log = structlog.get_logger(__name__)
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+MAX_BOOT_ID_BYTES = 256  # the kernel's is a 36-character UUID and a newline
 
 
 class BootIdError(ValueError):
@@ -40,9 +41,13 @@ def read_boot_id(path: Path = BOOT_ID_PATH) -> str:
     start look like a reboot).
     """
     try:
-        boot_id = path.read_text().strip()
+        with path.open("rb") as f:
+            raw = f.read(MAX_BOOT_ID_BYTES + 1)  # bounded: a wrong BOOT_ID_FILE may be anything
+        boot_id = raw.decode().strip()
     except (OSError, UnicodeDecodeError) as err:
         raise BootIdError(f"cannot read the node's boot id from {path}: {err}") from err
+    if len(raw) > MAX_BOOT_ID_BYTES:
+        raise BootIdError(f"the node's boot id file {path} is over {MAX_BOOT_ID_BYTES} bytes: not a boot id")
     if not boot_id:
         raise BootIdError(f"the node's boot id file {path} is empty")
     return boot_id

@@ -18,3 +18,9 @@ def test_the_boot_id_is_read_stripped_and_an_empty_or_missing_one_is_refused_nam
         read_boot_id(f)
     with pytest.raises(BootIdError, match=f"cannot read the node's boot id from {tmp_path / 'absent'}"):
         read_boot_id(tmp_path / "absent")
+    f.write_bytes(b"x" * 10_000_000)  # a wrong BOOT_ID_FILE: read no further than the bound
+    with pytest.raises(BootIdError, match="over 256 bytes: not a boot id"):
+        read_boot_id(f)
+    f.write_bytes(b"\xff\xfe")
+    with pytest.raises(BootIdError, match="cannot read"):
+        read_boot_id(f)
