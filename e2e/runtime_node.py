@@ -328,9 +328,6 @@ class ContainerdNode:
         """Give an image a second name, as a registry push of a new tag would."""
         self.ctr("images", "tag", "--force", source, target)
 
-    def image_names(self) -> list[str]:
-        return self.ctr("images", "list", "--quiet").stdout.split()
-
     # -- observations ------------------------------------------------------
 
     def node(self) -> dict[str, Any]:
