@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubelet and kube-proxy
-# from the Go modules pinned in e2e/go.mod (release in e2e/K8S_VERSION), and our
-# fake CRI runtime (e2e/cmd/fakecri) and the DRA differential oracle (e2e/cmd/celdiff), into
+# from the Go modules pinned for one Kubernetes release, and our fake CRI runtime
+# (e2e/cmd/fakecri) and the DRA differential oracle (e2e/cmd/celdiff), into
 #   ${DRA_GPU_CACHE:-$HOME/.cache/dra-gpu}/k8s-<version>/bin/
+# The release is e2e/K8S_VERSION (module e2e/go.mod) unless DRA_GPU_K8S_VERSION names one of
+# e2e/K8S_MATRIX (module e2e/gomod/<version>.mod, used with go build -modfile).  Our programs
+# get the build tag k8s1_<minor>, for the few lines that differ between releases.
 # Upstream binaries already there are kept, so reruns are cheap; ours are rebuilt
 # when a file under e2e/cmd/<name>/ or go.mod/go.sum is newer.  Usage:
 #   e2e/build.sh                 # all
@@ -13,10 +16,17 @@ cd "$(dirname "$0")"
 export PATH="$PATH:/usr/local/go/bin"
 export GOSUMDB="${GOSUMDB:-off}" CGO_ENABLED="${CGO_ENABLED:-0}"
 
-version="$(tr -d '[:space:]' < K8S_VERSION)"
-pinned="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+default="$(tr -d '[:space:]' < K8S_VERSION)"
+version="${DRA_GPU_K8S_VERSION:-$default}"
+modfile=go.mod; modflag=()
+if [[ "$version" != "$default" ]]; then
+  grep -qx -- "$version" K8S_MATRIX || { echo "$version is neither e2e/K8S_VERSION nor in e2e/K8S_MATRIX" >&2; exit 2; }
+  modfile="gomod/${version}.mod"; modflag=(-modfile="$modfile")
+  [[ -f "$modfile" ]] || { echo "no $modfile: run e2e/pin.sh $version" >&2; exit 1; }
+fi
+pinned="$(go list "${modflag[@]}" -m -f '{{.Version}}' k8s.io/kubernetes)"
 if [[ "$pinned" != "$version" ]]; then
-  echo "go.mod pins k8s.io/kubernetes $pinned but K8S_VERSION is $version; run e2e/pin.sh" >&2
+  echo "$modfile pins k8s.io/kubernetes $pinned, not $version; run e2e/pin.sh $version" >&2
   exit 1
 fi
 
@@ -46,7 +56,7 @@ names=("$@")
 # Our own programs change with the repo: stale if any of their inputs is newer.
 stale() {
   [[ "${pkg[$1]}" == ./* ]] || return 1
-  [[ -n "$(find "${pkg[$1]}" go.mod go.sum -newer "$bin/$1" -print -quit)" ]]
+  [[ -n "$(find "${pkg[$1]}" "$modfile" "${modfile%.mod}.sum" -newer "$bin/$1" -print -quit)" ]]
 }
 
 for name in "${names[@]}"; do
@@ -57,7 +67,7 @@ for name in "${names[@]}"; do
   fi
   echo "build $name (${pkg[$name]}) ..." >&2
   start=$SECONDS
-  go build -trimpath -ldflags="$ldflags" -o "$bin/.$name.$$.tmp" "${pkg[$name]}"
+  go build "${modflag[@]}" -tags "k8s1_${minor}" -trimpath -ldflags="$ldflags" -o "$bin/.$name.$$.tmp" "${pkg[$name]}"
   mv -f "$bin/.$name.$$.tmp" "$bin/$name"   # atomic: a killed build leaves no binary
   echo "built $name in $((SECONDS - start))s ($(du -h "$bin/$name" | cut -f1))" >&2
 done
