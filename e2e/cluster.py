@@ -2,7 +2,8 @@
 
 `LocalCluster` runs etcd and kube-apiserver (optionally kube-scheduler and
 kube-controller-manager) built from source by ``e2e/build.sh`` at the release in
-``e2e/K8S_VERSION``, with every DRA feature gate the binaries know switched on.
+``e2e/K8S_VERSION`` (or one of ``e2e/K8S_MATRIX``), with every DRA feature gate the binaries
+know switched on, or (``stock=True``) as the release ships: default gates and API versions.
 There is no kubelet: ``add_node`` registers Node objects (Ready, with allocatable
 cpu/memory/pods) so the scheduler can place pods on them.
 
@@ -77,6 +78,17 @@ class ApiError(ClusterError):
         super().__init__(f"HTTP {status}: {body.get('message', body)}")
         self.status = status
         self.body = body
+
+
+def matrix_versions() -> list[str]:
+    """The older releases the matrix e2e also runs on (``e2e/K8S_MATRIX``, newest first)."""
+    lines = (E2E_DIR / "K8S_MATRIX").read_text().split()
+    return [v for v in lines if v and not v.startswith("#")]
+
+
+def minor_of(version: str) -> int:
+    """34 for "v1.34.4"."""
+    return int(version.removeprefix("v").split(".")[1])
 
 
 def cache_dir() -> Path:
@@ -213,7 +225,10 @@ class LocalCluster:
         ready_timeout: float = 60.0,
         version: str = K8S_VERSION,
         pod_network: bool = False,
+        stock: bool = False,
     ) -> None:
+        """``stock``: the release's default feature gates and API versions (plus ``feature_gates``),
+        as a managed cluster runs it; otherwise every DRA gate the binaries know is on."""
         names = list(BINARIES[:2])
         names += ["kube-scheduler"] if with_scheduler else []
         names += ["kube-controller-manager"] if with_controller_manager else []
@@ -227,7 +242,8 @@ class LocalCluster:
         self.workdir = Path(tempfile.mkdtemp(prefix="dra-gpu-k8s-"))
         self.log_dir = log_dir or self.workdir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.feature_gates = default_gates(self.binaries["kube-apiserver"])
+        self.stock = stock
+        self.feature_gates = {} if stock else default_gates(self.binaries["kube-apiserver"])
         self.feature_gates.update(feature_gates or {})
         self.token = secrets.token_hex(16)
         self.port = free_port()
@@ -432,12 +448,14 @@ class LocalCluster:
         )
         self._wait(proc, f"{client}/health", None)
 
-    def _gates_flag(self) -> str:
-        return "--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
+    def _gates_flag(self) -> list[str]:
+        if not self.feature_gates:
+            return []
+        return ["--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))]
 
     def _start_apiserver(self) -> None:
         w = self.workdir
-        runtime = ",".join(f"{gv}=true" for gv in RUNTIME_CONFIG)
+        runtime = [] if self.stock else ["--runtime-config=" + ",".join(f"{gv}=true" for gv in RUNTIME_CONFIG)]
         started = time.monotonic()
         proc = self._spawn(
             "kube-apiserver",
@@ -465,8 +483,8 @@ class LocalCluster:
                 # Node names do not resolve here; reach kubelets (logs, exec) at their address.
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 *self._kubelet_client_flags(),
-                self._gates_flag(),
-                f"--runtime-config={runtime}",
+                *self._gates_flag(),
+                *runtime,
                 "--profiling=false",
                 "--v=1",
             ],
@@ -484,7 +502,7 @@ class LocalCluster:
             f"--secure-port={port}",
             f"--cert-dir={self.workdir / name}",
             "--leader-elect=false",
-            self._gates_flag(),
+            *self._gates_flag(),
             "--v=1",
         ]
         if name == "kube-controller-manager":

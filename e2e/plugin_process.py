@@ -69,9 +69,17 @@ class PluginProcess:
     def dra_socket(self) -> Path:
         return self.plugin_dir / "dra.sock"
 
-    def start(self, *, crash_at: str | None = None, timeout: float = 20.0) -> None:
+    def start(self, *, crash_at: str | None = None, timeout: float = 20.0, code: Path | None = None) -> None:
+        """Start the daemon and wait until it says it started.
+
+        ``code`` runs the plugin from another source tree (an earlier release, extracted by the
+        checkpoint compatibility test) with this checkout's venv: it is the working directory and
+        the only ``PYTHONPATH`` entry, so its packages shadow this checkout's editable install.
+        """
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("DRA_GPU_CRASH_AT", None)
+        if code is not None:
+            env["PYTHONPATH"] = str(code)
         if crash_at:
             env["DRA_GPU_CRASH_AT"] = crash_at
         args = [
@@ -106,7 +114,7 @@ class PluginProcess:
         ]
         started_before = self._started_count()
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(args, cwd=code or ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -7,6 +7,14 @@ writes; ``run`` repeats that continuously: after every change or delete seen by 
 (the kubelet wipes slices at start-up and 30 s after a plugin disappears), periodically, and
 with capped, jittered exponential backoff after errors. It never dies on an exception and
 writes nothing at steady state. Every write is checked for fields the API server dropped.
+
+Fails closed where a dropped field changes what the scheduler may do (``REFUSED_WHEN_DROPPED``):
+dynamic MIG's placements overlap, and only the shared counters keep the scheduler from handing
+out two overlapping ones; a GPU shared by capacity without ``allowMultipleAllocations`` would be
+handed out whole. A server too old for counter slices (< 1.35), or one that drops such a field
+from a write (its feature gate off: alpha and off by default in 1.34 and 1.35), gets no slice of
+the pool at all: what was written is deleted, the refusal is logged (``slice_pool_refused``),
+kept in ``last_error`` and passed once to ``on_refusal`` (the plugin turns it into a Node Event).
 """
 
 from __future__ import annotations
@@ -35,6 +43,20 @@ DROPPED_FIELDS_CAUSE = (
     "(e.g. DRAPartitionableDevices for consumesCounters/sharedCounters, DRADeviceTaints for taints) "
     "is probably off, or the server is too old"
 )
+
+REFUSED_WHEN_DROPPED: dict[str, tuple[str, str]] = {
+    # field the server drops -> (the feature gate behind it, what the node's devices would become)
+    "sharedCounters": ("DRAPartitionableDevices", "overlapping MIG placements the scheduler could hand out together"),
+    "consumesCounters": ("DRAPartitionableDevices", "overlapping MIG placements the scheduler could hand out together"),
+    "allowMultipleAllocations": ("DRAConsumableCapacity", "whole GPUs instead of the shares asked for"),
+}
+"""Dropped fields that make the pool unsafe or silently different: the pool is refused, not published."""
+
+
+def _some(paths: list[str], shown: int = 3) -> str:
+    """The first ``shown`` paths, and how many more."""
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return ", ".join(paths[:shown]) + more
 
 
 class SliceApi(Protocol):
@@ -127,8 +149,12 @@ class SlicePublisher:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 30.0,
         debounce_s: float = 0.2,
+        on_refusal: Callable[[str], None] | None = None,
     ) -> None:
+        """``on_refusal`` is called once with the message when the pool is refused (see the module docstring)."""
         self._api = api
+        self._on_refusal = on_refusal
+        self._refused: str | None = None  # why the pool is not published; sticky for this process
         self._driver = driver
         self._node = node_name
         self._resync_s = resync_s
@@ -200,6 +226,7 @@ class SlicePublisher:
             self._log.debug("slice_devices_unknown")
             return None
         if any(c.shared_counters for c in contents) and not self._counters_supported():
+            self._withdraw()
             return None
 
         existing, list_rv = self._api.list(self._driver, self._node)
@@ -222,6 +249,9 @@ class SlicePublisher:
 
         if not plan.empty:
             self._write(plan)
+        if self._refused is not None:
+            self._withdraw()
+            return None
         with self._lock:
             self._error = None
         self.synced.set()
@@ -247,15 +277,35 @@ class SlicePublisher:
         )
 
     def _counters_supported(self) -> bool:
+        if self._refused is not None:
+            return False
         if self._server_minor is None:
             self._server_minor = self._api.server_minor_version()
         if self._server_minor >= MIN_COUNTERS_MINOR:
             return True
-        message = f"counters need Kubernetes >= 1.{MIN_COUNTERS_MINOR}; the API server is 1.{self._server_minor}"
-        with self._lock:
-            self._error = message
-        self._log.error("slice_counters_unsupported", server_minor=self._server_minor, error=message)
+        self._refuse(
+            f"not publishing this node's devices: dynamic MIG needs shared counters, which need Kubernetes "
+            f">= 1.{MIN_COUNTERS_MINOR} (the API server is 1.{self._server_minor}); publish MIG statically "
+            "(mig.strategy static) or not at all (none)"
+        )
         return False
+
+    def _refuse(self, message: str) -> None:
+        """Record why the pool is not published (once: log, ``last_error``, ``on_refusal``)."""
+        with self._lock:
+            first = self._refused is None
+            self._refused = message
+            self._error = message
+        if first:
+            self._log.error("slice_pool_refused", error=message)
+            if self._on_refusal is not None:
+                self._on_refusal(message)
+
+    def _withdraw(self) -> None:
+        """Delete every slice of the pool: a refused pool must not stay half published."""
+        existing, _ = self._api.list(self._driver, self._node)
+        for s in existing:
+            self._delete(str((s.get("metadata") or {}).get("name")))
 
     def _fetch_node_uid(self) -> str:
         uid = self._api.node_uid(self._node)
@@ -276,8 +326,12 @@ class SlicePublisher:
             self._delete(name)
         for obj in plan.create:
             self._check_stored("created", obj, self._api.create(obj))
+            if self._refused is not None:
+                return
         for obj in plan.update:
             self._check_stored("updated", obj, self._api.update(obj))
+            if self._refused is not None:
+                return
         for name in plan.delete:
             if name not in replaced:
                 self._delete(name)
@@ -314,6 +368,15 @@ class SlicePublisher:
         )
         if dropped:
             self._log.error("slice_fields_dropped", slice=name, fields=dropped, likely_cause=DROPPED_FIELDS_CAUSE)
+            refusing = sorted({f for f in dropped if f.rsplit(".", 1)[-1].split("[")[0] in REFUSED_WHEN_DROPPED})
+            if refusing:
+                gate, effect = REFUSED_WHEN_DROPPED[refusing[0].rsplit(".", 1)[-1].split("[")[0]]
+                self._refuse(
+                    f"not publishing this node's devices: the API server dropped {_some(refusing)} from slice "
+                    f"{name}, so they would be {effect}: the feature gate {gate} is off (beta and on by default "
+                    "from Kubernetes 1.36; before that turn it on in kube-apiserver and kube-scheduler, or change "
+                    "the chart's mig.strategy / sharing.consumable)"
+                )
 
     # -- the loop ---------------------------------------------------------------------------
 

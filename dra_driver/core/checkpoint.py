@@ -26,6 +26,14 @@ Upgrade rule (written here, enforced by the decoder):
   * An incompatible change bumps the version; a reader refuses a version newer than it knows
     (fail closed) with a message telling the operator to roll forward, and upgrades older
     versions in memory, writing the new version on its next write.
+
+How it is proven: ``tests/integration/test_checkpoint_compat.py`` (part of ``make test``) runs the
+previous release (the commit in ``tests/integration/PREVIOUS_RELEASE``, bumped at each release)
+and this code as real plugin processes on one node's files, previous → this → previous: this code
+answers and unprepares the claims the previous release prepared, the previous release reads what
+this code wrote with unknown fields added at every level, and both refuse a newer apiVersion
+without touching the file, the CDI specs or the MIG instances. It fails in a clone without that
+commit (``git fetch --unshallow``).
 """
 
 from __future__ import annotations

@@ -129,13 +129,18 @@ def chart_classes(driver: str = DRIVER) -> list[dict[str, Any]]:
 
 
 def demo_workloads() -> list[tuple[str, list[dict[str, Any]]]]:
-    """(label, claims in pod order) for every pod in demo/, claims defaulted as the API server would."""
+    """(label, claims in pod order) for every pod in demo/ with claims, defaulted as the API server would.
+
+    A pod asking for an extended resource (``nvidia.com/gpu``) has no claim of its own until the
+    scheduler writes one, so it is not a case here.
+    """
     from dra_driver.cli.explain import workloads
 
     objs = [o for _, o in demo_objects()]
     out = []
     for label, claims in workloads(objs, []):
-        out.append((label, [_defaulted(c) for c in claims]))
+        if claims:
+            out.append((label, [_defaulted(c) for c in claims]))
     return out
 
 

@@ -17,7 +17,7 @@ from dra_driver.core.quantity import parse_quantity
 from dra_driver.schedsim.allocator import AllocatedState, NodeAllocator, gather_pools
 from dra_driver.schedsim.allocator.model import claim_key
 from dra_driver.schedsim.cel import CelCompileError, CelRuntimeError, compile_selector
-from e2e.cluster import E2E_DIR, bin_dir
+from e2e.cluster import E2E_DIR, K8S_VERSION, bin_dir
 
 
 class OracleMissing(RuntimeError):
@@ -27,10 +27,12 @@ class OracleMissing(RuntimeError):
 class Celdiff:
     """One long-lived celdiff process; :meth:`ask` sends a case and returns its answer."""
 
-    def __init__(self) -> None:
-        path = bin_dir() / "celdiff"
+    def __init__(self, version: str = K8S_VERSION) -> None:
+        """The oracle of ``version`` (its scheduler's allocator with that release's default gates)."""
+        path = bin_dir(version) / "celdiff"
         if not os.access(path, os.X_OK):
-            raise OracleMissing(f"{path} is missing: build it with {E2E_DIR / 'build.sh'} celdiff (make k8s does)")
+            env = "" if version == K8S_VERSION else f"DRA_GPU_K8S_VERSION={version} "
+            raise OracleMissing(f"{path} is missing: build it with {env}{E2E_DIR / 'build.sh'} celdiff (make k8s does)")
         self.path = path
         self._proc = subprocess.Popen(
             [str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8", bufsize=1 << 16

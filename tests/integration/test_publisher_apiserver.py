@@ -269,9 +269,35 @@ def test_counters_on_a_pre_1_35_server_are_refused(cluster: LocalCluster, node: 
     assert 0 == api.writes
     assert [] == node_slices(cluster, node)
     assert publisher.last_error is not None
-    assert "counters need Kubernetes >= 1.35" in publisher.last_error
-    assert ["slice_counters_unsupported"] == [e["event"] for e in logs if e["log_level"] == "error"]
+    assert "shared counters, which need Kubernetes >= 1.35 (the API server is 1.34)" in publisher.last_error
+    assert ["slice_pool_refused"] == [e["event"] for e in logs if e["log_level"] == "error"]
     assert not publisher.synced.is_set()
+
+
+def test_a_server_dropping_counters_gets_no_slice_of_the_pool(tmp_path: Path) -> None:
+    """DRAPartitionableDevices off (1.34/1.35 defaults): the server drops the counters, so the pool
+    is withdrawn instead of left published with overlapping placements the scheduler could both
+    hand out; the refusal is reported once (log, last_error, on_refusal) and nothing is rewritten."""
+    counters = [{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}]
+    consumes = {"consumesCounters": [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "40Gi"}}}]}
+    devices = [DeviceSpec(f"gpu-0-half-{i}", {"type": Attr("string", "partition")}, {}, dict(consumes)) for i in range(2)]
+    refusals: list[str] = []
+    with LocalCluster(feature_gates={"DRAPartitionableDevices": False}, log_dir=tmp_path) as c:
+        c.add_node("no-counters")
+        api = slice_api(c)
+        publisher = SlicePublisher(api, DRIVER, "no-counters", on_refusal=refusals.append)
+        publisher.set_devices(devices, counters)
+        with structlog.testing.capture_logs() as logs:
+            assert publisher.reconcile_once() is None
+            writes = api.writes
+            assert publisher.reconcile_once() is None
+        left = node_slices(c, "no-counters")
+    assert [] == left
+    assert writes == api.writes, "a refused pool is not rewritten on the next pass"
+    assert 1 == len(refusals)
+    assert "dropped spec.sharedCounters" in refusals[0] and "DRAPartitionableDevices" in refusals[0], refusals[0]
+    assert publisher.last_error == refusals[0]
+    assert 1 == sum(1 for e in logs if e["event"] == "slice_pool_refused")
 
 
 class FlakySliceApi(CountingSliceApi):

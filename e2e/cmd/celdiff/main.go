@@ -1,6 +1,6 @@
 // Command celdiff answers DRA selector and allocation questions with the Kubernetes
-// scheduler's own Go code (k8s.io/dynamic-resource-allocation at the release in
-// e2e/K8S_VERSION), so the differential tests can hold dra-gpu's Python CEL
+// scheduler's own Go code (k8s.io/dynamic-resource-allocation at the release it is built
+// for: e2e/K8S_VERSION, or one of e2e/K8S_MATRIX), so the differential tests can hold dra-gpu's Python CEL
 // environment and allocation simulator to it.  Test infrastructure only.
 //
 // Input: JSON lines on stdin, one case per line; output: one JSON line per case, in order.
@@ -16,9 +16,9 @@
 //
 // Selectors compile as the scheduler's CEL cache compiles them: the StoredExpressions
 // environment, no cost estimation, the runtime cost limit of the API.  Features are the
-// Kubernetes 1.36 defaults: consumable capacity on, list-type attributes off; the
-// allocator gets the scheduler's feature set for those defaults (the "incubating"
-// implementation).  A malformed line answers {"error":"input","message":M}.
+// release's default feature gates, as kube-scheduler maps them (features_k8s1_<minor>.go,
+// picked by the build tag e2e/build.sh passes), so each release's oracle answers as that
+// release's scheduler does out of the box.  A malformed line answers {"error":"input","message":M}.
 package main
 
 import (
@@ -41,19 +41,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 )
-
-// celFeatures are what kube-scheduler 1.36 passes to cel.NewCache with default feature gates.
-var celFeatures = cel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: false}
-
-// allocatorFeatures are dynamicresources.AllocatorFeatures for the 1.36 default gates.
-var allocatorFeatures = structured.Features{
-	AdminAccess:            true,
-	PrioritizedList:        true,
-	PartitionableDevices:   true,
-	DeviceTaints:           true,
-	DeviceBindingAndStatus: true,
-	ConsumableCapacity:     true,
-}
 
 type inputCase struct {
 	Kind string `json:"kind"`
