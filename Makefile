@@ -55,10 +55,14 @@ unit: venv
 integration: venv k8s
 	pytest -q tests/integration
 
+# The version matrix's releases (e2e/K8S_MATRIX) build in the background, at low priority, while
+# the tests before e2e/test_version_matrix.py run; that module waits for them (e2e/build-matrix.sh).
 e2e: venv images
+	e2e/build-matrix.sh --background
 	pytest -q e2e
 
 test: venv images lint
+	e2e/build-matrix.sh --background
 	pytest -q
 
 # Longer fuzzing than make test's fixed budget (which is DRA_GPU_FUZZ_SCALE=1).

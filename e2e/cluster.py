@@ -44,14 +44,18 @@ K8S_VERSION = (E2E_DIR / "K8S_VERSION").read_text().strip()
 # Enabled on top of every gate whose name starts with "DRA", if the binary knows
 # it; GenericWorkload is a prerequisite of DRAWorkloadResourceClaims.
 EXTRA_GATES = ("ResourceHealthStatus", "ResourceHealthStatusMessage", "ServiceAccountTokenPodNodeInfo", "GenericWorkload")
-# Off-by-default API versions to serve.  The apiserver rejects versions it does
-# not know, so revisit this list when bumping K8S_VERSION.
+# Off-by-default API versions to serve (unless stock), by release.  The apiserver rejects
+# versions it does not know, so revisit this table when adding a release.
 RUNTIME_CONFIG = (
     "resource.k8s.io/v1beta1",
     "resource.k8s.io/v1beta2",
     "resource.k8s.io/v1alpha3",  # DeviceTaintRule (alpha), ResourcePoolStatusRequest
-    "scheduling.k8s.io/v1alpha2",  # Workload / PodGroup (DRAWorkloadResourceClaims)
 )
+WORKLOAD_API = {  # Workload / PodGroup (DRAWorkloadResourceClaims)
+    35: "scheduling.k8s.io/v1alpha1",
+    36: "scheduling.k8s.io/v1alpha2",
+    37: "scheduling.k8s.io/v1beta1",
+}
 # No kubelet posts heartbeats, so the node lifecycle controller would taint
 # every node unreachable after ~40 s; leave it out by default.
 DEFAULT_CONTROLLERS = ("*", "-node-lifecycle-controller")
@@ -99,14 +103,41 @@ def bin_dir(version: str = K8S_VERSION) -> Path:
     return cache_dir() / f"k8s-{version}" / "bin"
 
 
+MATRIX_BUILD_WAIT_S = 3600.0
+
+
+def wait_for_matrix_build(timeout: float = MATRIX_BUILD_WAIT_S) -> None:
+    """Wait while ``e2e/build-matrix.sh`` runs (it holds its lock); fail with its log if it failed."""
+    lock, log = cache_dir() / "matrix-build.lock", cache_dir() / "matrix-build.log"
+    if not lock.exists():
+        return
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"the matrix build still runs after {timeout:.0f}s; see {log}") from None
+                time.sleep(1.0)
+    finally:
+        os.close(fd)
+    text = log.read_text(errors="replace") if log.exists() else ""
+    if "FAILED" in text:
+        raise ClusterError(f"the matrix build failed; {log} ends:\n{text[-3000:]}")
+
+
 def find_binaries(names: Sequence[str] = BINARIES, version: str = K8S_VERSION) -> dict[str, Path]:
     """Paths of the built binaries; ClusterError naming e2e/build.sh if any is missing."""
     found = {n: bin_dir(version) / n for n in names}
     missing = [n for n, p in found.items() if not os.access(p, os.X_OK)]
     if missing:
+        build = E2E_DIR / ("build.sh" if version == K8S_VERSION else "build-matrix.sh")
         raise ClusterError(
             f"Kubernetes {version} binaries missing in {bin_dir(version)}: {', '.join(missing)}. "
-            f"Build them with: {E2E_DIR / 'build.sh'} (takes a few minutes cold, then cached)"
+            f"Build them with: {build} (takes a few minutes cold, then cached)"
         )
     return found
 
@@ -229,11 +260,11 @@ class LocalCluster:
     ) -> None:
         """``stock``: the release's default feature gates and API versions (plus ``feature_gates``),
         as a managed cluster runs it; otherwise every DRA gate the binaries know is on."""
-        names = list(BINARIES[:2])
+        names = ["kube-apiserver"]
         names += ["kube-scheduler"] if with_scheduler else []
         names += ["kube-controller-manager"] if with_controller_manager else []
         names += ["kube-proxy"] if pod_network else []
-        self.binaries = find_binaries(names, version)
+        self.binaries = find_binaries(["etcd"]) | find_binaries(names, version)  # etcd of the default release
         self.version = version
         self.with_scheduler = with_scheduler
         self.with_controller_manager = with_controller_manager
@@ -455,7 +486,8 @@ class LocalCluster:
 
     def _start_apiserver(self) -> None:
         w = self.workdir
-        runtime = [] if self.stock else ["--runtime-config=" + ",".join(f"{gv}=true" for gv in RUNTIME_CONFIG)]
+        versions = [*RUNTIME_CONFIG, *([WORKLOAD_API[m]] if (m := minor_of(self.version)) in WORKLOAD_API else [])]
+        runtime = [] if self.stock else ["--runtime-config=" + ",".join(f"{gv}=true" for gv in versions)]
         started = time.monotonic()
         proc = self._spawn(
             "kube-apiserver",

@@ -33,12 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from e2e.cluster import ApiError, LocalCluster
 from e2e.helm_cli import CHART, DENIED, E2E_DIR, NAMESPACE, PLUGIN, POLICY, RELEASE, SLICES, Helm, by_kind, env_of
+from proto.dra.v1 import api_pb2 as dra_v1
+from proto.dra.v1 import api_pb2_grpc as dra_v1_grpc
 
 # -- Installed into a real API server ------------------------------------------------------------
 
@@ -56,13 +59,20 @@ class Response:
         return str(self.body.get("message", ""))
 
 
-def call(cluster: LocalCluster, token: str, method: str, path: str, body: Mapping[str, Any] | None = None) -> Response:
+def call(
+    cluster: LocalCluster,
+    token: str,
+    method: str,
+    path: str,
+    body: Mapping[str, Any] | None = None,
+    content_type: str = "application/json",
+) -> Response:
     """One REST call with ``token`` as the bearer (not the admin); HTTP errors are returned, not raised."""
     req = urllib.request.Request(
         cluster.server + path,
         method=method,
         data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Accept": "application/json"},
+        headers={"Authorization": f"Bearer {token}", "Content-Type": content_type, "Accept": "application/json"},
     )
     ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
     try:
@@ -166,7 +176,14 @@ def test_install_creates_the_cluster_objects(installed: LocalCluster) -> None:
     assert selector == f"device.driver == '{DEFAULT_DRIVER_NAME}' && device.attributes['{DEFAULT_DRIVER_NAME}'].type == 'gpu'"
 
     role = c.api("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{PLUGIN}")
-    assert {r for rule in role["rules"] for r in rule["resources"]} == {"resourceclaims", "resourceslices", "nodes", "events"}
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {
+        "resourceclaims",
+        "resourceclaims/status",  # device status (deviceStatus.enabled, the default)
+        "resourceclaims/driver",
+        "resourceslices",
+        "nodes",
+        "events",
+    }
     binding = c.api("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{PLUGIN}")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": PLUGIN, "namespace": NAMESPACE}]
 
@@ -421,12 +438,77 @@ def test_second_release_with_everything_on_then_uninstall(helm: Helm, installed:
     c.api("GET", f"/apis/resource.k8s.io/v1/deviceclasses/{DEFAULT_DRIVER_NAME}")
 
 
-def test_plugin_publishes_with_only_the_charts_permissions(helm: Helm, installed: LocalCluster, tmp_path: Path) -> None:
-    """The real plugin, run with the chart's env and its pod-bound token, publishes its node's slices.
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+APPLY = "application/apply-patch+yaml"
+NIC_DRIVER = "nic.example.com"
+
+
+def claim_on(c: LocalCluster, node: str, gpu: str) -> dict[str, Any]:
+    """A claim allocated (by the admin, as the scheduler would) ``gpu`` of ``node`` and a NIC of another driver."""
+    claim = c.api(
+        "POST",
+        CLAIMS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": f"status-{node}"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": DEFAULT_DRIVER_NAME}},
+                        {"name": "nic", "exactly": {"deviceClassName": NIC_DRIVER}},
+                    ]
+                }
+            },
+        },
+    )
+    results = [
+        {"request": "gpu", "driver": DEFAULT_DRIVER_NAME, "pool": node, "device": gpu},
+        {"request": "nic", "driver": NIC_DRIVER, "pool": node, "device": "nic-0"},
+    ]
+    selector = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+    claim["status"] = {"allocation": {"devices": {"results": results}, "nodeSelector": selector}}
+    return c.api("PUT", f"{CLAIMS}/{claim['metadata']['name']}/status", claim)
+
+
+def apply_status(c: LocalCluster, token: str, claim: str, manager: str, entries: list[dict[str, Any]]) -> Response:
+    """Server-side apply of ``status.devices`` entries with ``token``, as the plugin writes them."""
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": claim},
+        "status": {"devices": entries},
+    }
+    return call(c, token, "PATCH", f"{CLAIMS}/{claim}/status?fieldManager={manager}", body, APPLY)
+
+
+def dra_call(socket: Path, method: str, claim: Mapping[str, Any]) -> Any:
+    """NodePrepareResources / NodeUnprepareResources (v1) for one claim over the plugin's DRA socket, as the kubelet calls."""
+    meta = claim["metadata"]
+    ref = dra_v1.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        stub = dra_v1_grpc.DRAPluginStub(channel)
+        if method == "prepare":
+            return stub.NodePrepareResources(dra_v1.NodePrepareResourcesRequest(claims=[ref]), timeout=45).claims[meta["uid"]]
+        return stub.NodeUnprepareResources(dra_v1.NodeUnprepareResourcesRequest(claims=[ref]), timeout=45).claims[meta["uid"]]
+
+
+def our_entries(c: LocalCluster, claim: str, driver: str = DEFAULT_DRIVER_NAME) -> list[dict[str, Any]]:
+    return [d for d in c.api("GET", f"{CLAIMS}/{claim}").get("status", {}).get("devices", []) if d["driver"] == driver]
+
+
+def test_plugin_publishes_and_reports_device_status_with_only_the_charts_permissions(
+    helm: Helm, installed: LocalCluster, tmp_path: Path
+) -> None:
+    """The real plugin, run with the chart's env and its pod-bound token, publishes its node's slices and writes
+    the device status of a claim it prepares.
 
     Proves the ClusterRole is enough for what the plugin actually calls (list/watch with field
-    selectors, create, update, delete, the Node lookup) and that the policy lets it through: nothing
-    here runs as admin. (Host paths are swapped for temp dirs; no kubelet calls it.)
+    selectors, create, update, delete, the Node lookup, the server-side apply of claim status with
+    the API server's per-driver, per-node check of resourceclaims/driver) and that the policy lets it
+    through: nothing here runs as admin; and that the role grants no more: not another driver's
+    entries, not from another node's pod, not a PUT. (Host paths are swapped for temp dirs; the
+    test calls the DRA socket as the kubelet would.)
     """
     c = installed
     token = pod_bound_token(c, "node-p")
@@ -494,6 +576,51 @@ def test_plugin_publishes_with_only_the_charts_permissions(helm: Helm, installed
             assert time.monotonic() < deadline, f"obsolete slice not deleted:\n{log.read_text()}"
             time.sleep(0.2)
         assert items[0]["metadata"]["uid"] == restored["metadata"]["uid"]  # updated, not re-created
+
+        # Device status. A claim allocated on node-p (a GPU and another driver's NIC), prepared over the DRA
+        # socket: the plugin applies its entry with its pod-bound token (associated-node:patch, its driver).
+        claim = claim_on(c, "node-p", "gpu-1")
+        cname, socket = claim["metadata"]["name"], host / "plug" / f"dra-{env['POD_UID']}.sock"
+        answer = dra_call(socket, "prepare", claim)
+        assert answer.error == "", answer.error
+        deadline = time.monotonic() + 30
+        while not (entries := our_entries(c, cname)):
+            assert time.monotonic() < deadline, f"no status.devices entry after 30 s:\n{log.read_text()}"
+            time.sleep(0.2)
+        (entry,) = entries
+        assert (entry["pool"], entry["device"], entry["data"]["cdiDeviceIDs"]) == (
+            "node-p",
+            "gpu-1",
+            list(answer.devices[0].cdi_device_ids),
+        )
+        assert entry["data"]["uuid"].startswith("GPU-"), entry
+        # The same token may not write another driver's entries of that claim (resourceNames: its driver) ...
+        nic = {"driver": NIC_DRIVER, "pool": "node-p", "device": "nic-0", "data": {"mac": "02:00:00:00:00:01"}}
+        denied = apply_status(c, token, cname, NIC_DRIVER, [nic])
+        assert denied.status == 422, denied.body
+        assert 'requires resource="resourceclaims/driver", verb="[associated-node:patch arbitrary-node:patch]"' in (
+            denied.message
+        ), denied.message
+        # ... the plugin's account on another node may not write this claim's entries of its driver (only
+        # associated-node is granted) ...
+        forged = {"driver": DEFAULT_DRIVER_NAME, "pool": "node-p", "device": "gpu-1", "data": {"uuid": "GPU-forged"}}
+        denied = apply_status(c, pod_bound_token(c, "node-q"), cname, DEFAULT_DRIVER_NAME, [forged])
+        assert denied.status == 422, denied.body
+        assert 'requires resource="resourceclaims/driver", verb="[arbitrary-node:patch]"' in denied.message, denied.message
+        # ... and nobody with the role may replace the status (PUT: update is not granted).
+        replaced = call(c, token, "PUT", f"{CLAIMS}/{cname}/status", c.api("GET", f"{CLAIMS}/{cname}"))
+        assert replaced.status == 403, replaced.body
+        assert 'cannot update resource "resourceclaims/status"' in replaced.message, replaced.message
+        assert our_entries(c, cname) == [entry]
+        # The admin writes the NIC's entry; the plugin's unprepare removes its own entry only.
+        assert apply_status(c, installed.token, cname, NIC_DRIVER, [nic]).status == 200
+        assert dra_call(socket, "unprepare", claim).error == ""
+        deadline = time.monotonic() + 30
+        while our_entries(c, cname):
+            assert time.monotonic() < deadline, f"status.devices entry not removed:\n{log.read_text()}"
+            time.sleep(0.2)
+        assert [e["data"] for e in our_entries(c, cname, NIC_DRIVER)] == [nic["data"]]
+        c.api("DELETE", f"{CLAIMS}/{cname}")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -502,3 +629,5 @@ def test_plugin_publishes_with_only_the_charts_permissions(helm: Helm, installed
     assert proc.returncode == 0, text
     assert "Forbidden" not in text, text
     assert "slice_watch_failed" not in text, text
+    status_events = [json.loads(line)["event"] for line in text.splitlines() if '"device_status_' in line]
+    assert status_events == ["device_status_written", "device_status_removed"], text

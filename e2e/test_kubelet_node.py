@@ -152,6 +152,12 @@ class Harness:
         uid: str = claim["metadata"]["uid"]
         return uid, f"{CDI_KIND}={uid}-{result['device']}"
 
+    def our_device_status(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
+        """Our driver's ``status.devices`` entries of the pod's single claim ([] once the claim is gone)."""
+        (claim_status,) = pod["status"]["resourceClaimStatuses"]
+        claim = get_or_none(self.c, f"{RESOURCE}/namespaces/default/resourceclaims/{claim_status['resourceClaimName']}")
+        return [d for d in (claim or {}).get("status", {}).get("devices", []) if d["driver"] == DRIVER]
+
     def assert_runtime_got(self, node: KubeletNode, pod: str, cdi_id: str) -> None:
         records = [r for r in node.cdi_records() if r["pod_name"] == pod]
         assert records, f"the runtime of {node.name} saw no CreateContainer for pod {pod}\n{self.diagnostics()}"
@@ -198,6 +204,16 @@ def test_kubelet_prepares_claim_via_plugin_and_runtime_gets_cdi_ids(tmp_path: Pa
         assert prepared, f"plugin logged no device_prepared for {expected}\n{h.diagnostics()}"
         assert "Calling NodePrepareResources rpc" in node.log_path.read_text()
 
+        # The plugin reported the device in the claim's status.devices: the GPU UUID the container's CDI
+        # edits name, the device and pool of the allocation, a Ready condition.
+        (status,) = wait_until("our status.devices entry", lambda: h.our_device_status(pod), h.diagnostics)
+        env = dict(e.split("=", 1) for e in device["containerEdits"]["env"])
+        gpu = expected.rsplit(f"{uid}-", 1)[1]
+        assert (status["pool"], status["device"]) == ("node-a", gpu), status
+        assert status["data"]["uuid"] == env[f"GPU_DEVICE_{gpu.upper().replace('-', '_')}_UUID"], (status, env)
+        assert status["data"]["uuid"].startswith("GPU-") and status["data"]["cdiDeviceIDs"] == [expected]
+        assert [(c["type"], c["status"]) for c in status["conditions"]] == [("Ready", "True")]
+
         # Deleting the pod makes the kubelet unprepare: the claim's CDI spec goes away.
         h.c.api("DELETE", f"{PODS}/cuda")
         wait_until(
@@ -207,6 +223,14 @@ def test_kubelet_prepares_claim_via_plugin_and_runtime_gets_cdi_ids(tmp_path: Pa
         )
         wait_until("pod cuda to be gone", lambda: get_or_none(h.c, f"{PODS}/cuda") is None, h.diagnostics)
         assert "Calling NodeUnprepareResource rpc" in node.log_path.read_text()
+        # Unprepare removed our entry (or the claim, made for the pod, was deleted first).
+        removal = {"device_status_removed", "device_status_claim_gone"}
+
+        def removed() -> bool:
+            logged = any(e.get("claim_uid") == uid and e["event"] in removal for e in plugin.logs())
+            return logged and not h.our_device_status(pod)
+
+        wait_until("our status.devices entry removed", removed, h.diagnostics)
         assert not list(plugin.cdi.glob(f"k8s.{DRIVER}-claim_*.json")), f"CDI specs left: {plugin.cdi_files()}"
 
 

@@ -36,7 +36,7 @@ import pytest
 from dra_driver.core.cdi import cdi_device_id
 from dra_driver.core.mig import MigStrategy
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import K8S_VERSION, LocalCluster, matrix_versions, minor_of
+from e2e.cluster import K8S_VERSION, LocalCluster, matrix_versions, minor_of, wait_for_matrix_build
 from e2e.helm_cli import CHART, Helm
 from e2e.manifests import apply_file
 from e2e.node import KubeletNode
@@ -93,6 +93,8 @@ def sim(plugin: PluginProcess, *args: str) -> None:
 @pytest.fixture(scope="module", params=VERSIONS)
 def release(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     version: str = request.param
+    if version != K8S_VERSION:
+        wait_for_matrix_build()  # make test builds the matrix releases in the background
     tmp = tmp_path_factory.mktemp(f"k8s-{version}")
     with (
         LocalCluster(stock=True, version=version, with_scheduler=True, with_controller_manager=True, log_dir=tmp / "logs") as c,

@@ -25,11 +25,12 @@ from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
 from dra_driver.core.mig_publish import Publication
 from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
-from dra_driver.files.checkpoint_store import BootIdError, CheckpointStore, read_boot_id
+from dra_driver.files.checkpoint_store import BootIdError, CheckpointStore, Notice, read_boot_id
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
+from kubelet_plugin.device_status import DeviceStatusReporter, StatusWriter
 from kubelet_plugin.health import SocketHealthServicer
 from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.registration import RegistrationServicer
@@ -90,7 +91,21 @@ def _build_state(
     )
 
 
-def _start_servers(settings: Settings, state: DeviceState) -> _Servers:
+def _status_reporter(settings: Settings, link: ApiLink) -> DeviceStatusReporter | None:
+    """The device status reporter (None when off); its API client is made on its own thread once loaded."""
+    if not settings.device_status:
+        log.info("device_status_disabled")
+        return None
+
+    def writer() -> StatusWriter:
+        from dra_driver.kube.claim_status_api import KubeClaimStatusApi
+
+        return KubeClaimStatusApi(link.wait(), field_manager=settings.driver_name)
+
+    return DeviceStatusReporter(driver=settings.driver_name, node_name=settings.node_name, writer=writer)
+
+
+def _start_servers(settings: Settings, state: DeviceState, status: DeviceStatusReporter | None) -> _Servers:
     """DRA socket first, then registration (the kubelet may dial as soon as it sees it), then health."""
     paths = SocketPaths.for_plugin(
         driver=settings.driver_name,
@@ -99,7 +114,7 @@ def _start_servers(settings: Settings, state: DeviceState) -> _Servers:
         pod_uid=settings.pod_uid,
     )
     dra_server = unix_server(paths.dra)
-    add_dra_services(dra_server, state)
+    add_dra_services(dra_server, state, status)
     dra_server.start()
     secure_socket(paths.dra)
 
@@ -178,7 +193,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
         devices=len(publication.devices),
         counter_sets=len(publication.counter_sets),
     )
-    servers = _start_servers(settings, state)
+    status = _status_reporter(settings, link)
+    servers = _start_servers(settings, state, status)
     try:
         api_client = link.wait()  # loaded while the sockets came up; a bad kubeconfig still fails start-up
     except Exception:
@@ -197,7 +213,10 @@ def run(settings: Settings, stop: threading.Event) -> int:
         from dra_driver.appkit.publisher import SlicePublisher
         from dra_driver.kube.slices_api import KubeSliceApi
 
-        publisher = SlicePublisher(KubeSliceApi(api_client), settings.driver_name, settings.node_name)
+        def refused(message: str) -> None:
+            link.notify(Notice("DevicesNotPublished", message, warning=True))
+
+        publisher = SlicePublisher(KubeSliceApi(api_client), settings.driver_name, settings.node_name, on_refusal=refused)
         publisher.set_devices(list(publication.devices), list(publication.counter_sets))
         publisher_thread = threading.Thread(target=publisher.run, args=(stop,), name="slice-publisher", daemon=True)
         publisher_thread.start()
@@ -206,6 +225,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
     stop.wait()
     log.info("plugin_stopping")
     _shutdown(servers, publisher_thread)
+    if status is not None:
+        status.stop()
     return 0
 
 

@@ -10,10 +10,10 @@ yields one answer per claim.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from dra_driver.core.checkpoint import PreparedDevice
@@ -53,6 +53,8 @@ class Outcome:
 
     devices: tuple[PreparedDevice, ...] = ()
     error: str = ""
+    cdi_spec: Mapping[str, Any] | None = field(default=None, compare=False)
+    """The claim's CDI spec when prepared (what its device status reports; not sent to the kubelet)."""
 
 
 T = TypeVar("T")

@@ -3,7 +3,9 @@
 Translates protobuf messages to ``kubelet_plugin.state`` calls and back, typed with the
 generated stubs of each version. Both versions share one implementation; v1beta1 has no
 ``share_id``. A servicer never raises: an unexpected failure becomes each claim's error, so the
-kubelet always gets an entry per claim.
+kubelet always gets an entry per claim. Claims prepared or unprepared are then handed to the
+device status reporter (``kubelet_plugin.device_status``), which only queues them: the answer
+never waits for a status write.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Iterable
 import grpc
 import structlog
 
+from kubelet_plugin.device_status import DeviceStatusReporter
 from kubelet_plugin.requests import ClaimRef, Outcome
 from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
@@ -34,9 +37,10 @@ def _refs(claims: Iterable[ClaimMessage]) -> list[ClaimRef]:
 class _Dra:
     """The shared implementation of both API versions: answers go into the version's response."""
 
-    def __init__(self, state: DeviceState, version: str) -> None:
+    def __init__(self, state: DeviceState, version: str, status: DeviceStatusReporter | None) -> None:
         self._state = state
         self._version = version
+        self._status = status
 
     def prepare(self, claims: Iterable[ClaimMessage], resp: PrepareResponse) -> None:
         refs = _refs(claims)
@@ -61,6 +65,7 @@ class _Dra:
                 )
                 if isinstance(dev, v1.Device) and d.share_id:
                     dev.share_id = d.share_id
+        self._report(refs, prepared=outcomes)
 
     def unprepare(self, claims: Iterable[ClaimMessage], resp: UnprepareResponse) -> None:
         refs = _refs(claims)
@@ -71,13 +76,27 @@ class _Dra:
             errors = {r.uid: f"internal error: {err}" for r in refs}
         for r in refs:
             resp.claims[r.uid].error = errors.get(r.uid, "internal error: claim not handled")
+        self._report([r for r in refs if errors.get(r.uid) == ""], prepared=None)
+
+    def _report(self, refs: list[ClaimRef], prepared: dict[str, Outcome] | None) -> None:
+        """Queue device status writes: the devices of claims prepared, removal for claims unprepared (``refs``)."""
+        if self._status is None:
+            return
+        try:
+            for r in refs:
+                if prepared is None:
+                    self._status.unprepared(r)
+                elif (outcome := prepared.get(r.uid)) is not None and not outcome.error and outcome.devices:
+                    self._status.prepared(r, outcome)
+        except Exception:  # device status is best effort: never the kubelet's answer's problem
+            log.exception("device_status_queue_failed", api=self._version)
 
 
 class DraV1Servicer(v1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
 
-    def __init__(self, state: DeviceState) -> None:
-        self._impl = _Dra(state, "v1")
+    def __init__(self, state: DeviceState, status: DeviceStatusReporter | None = None) -> None:
+        self._impl = _Dra(state, "v1", status)
 
     def NodePrepareResources(  # noqa: N802 - gRPC name
         self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
@@ -99,8 +118,8 @@ class DraV1Servicer(v1_grpc.DRAPluginServicer):
 class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``."""
 
-    def __init__(self, state: DeviceState) -> None:
-        self._impl = _Dra(state, "v1beta1")
+    def __init__(self, state: DeviceState, status: DeviceStatusReporter | None = None) -> None:
+        self._impl = _Dra(state, "v1beta1", status)
 
     def NodePrepareResources(  # noqa: N802 - gRPC name
         self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
@@ -119,7 +138,7 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
         return resp
 
 
-def add_dra_services(server: grpc.Server, state: DeviceState) -> None:
-    """Serve both DRA versions on ``server`` (the DRA socket)."""
-    v1_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(state), server)
-    v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(state), server)
+def add_dra_services(server: grpc.Server, state: DeviceState, status: DeviceStatusReporter | None = None) -> None:
+    """Serve both DRA versions on ``server`` (the DRA socket); ``status`` reports device status (None: off)."""
+    v1_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(state, status), server)
+    v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(state, status), server)

@@ -37,6 +37,7 @@ class Settings:
     fake_mig_latency: str = "realistic"
     gc_interval_s: float = 600.0
     nvidia_bin_dir: Path = Path("/driver-root/usr/bin")
+    device_status: bool = True
 
 
 def parse(argv: list[str] | None = None) -> Settings:
@@ -90,6 +91,13 @@ def parse(argv: list[str] | None = None) -> Settings:
         default=env("NVIDIA_BIN_DIR", "/driver-root/usr/bin"),
         help="where nvidia-smi and nvidia-cuda-mps-control are (real GPUs) [NVIDIA_BIN_DIR]",
     )
+    p.add_argument(
+        "--device-status",
+        default=env("DEVICE_STATUS", "true"),
+        choices=["true", "false"],
+        help="report prepared devices in their ResourceClaim's status.devices (needs the chart's "
+        "deviceStatus RBAC) [DEVICE_STATUS]",
+    )
     a = p.parse_args(argv)
     driver = check_common_flags(p, a)
     if a.gc_interval < 0:
@@ -117,4 +125,5 @@ def parse(argv: list[str] | None = None) -> Settings:
         fake_mig_latency=a.fake_mig_latency,
         gc_interval_s=a.gc_interval,
         nvidia_bin_dir=Path(a.nvidia_bin_dir),
+        device_status=a.device_status == "true",
     )

@@ -280,7 +280,7 @@ class DeviceState:
             return cp, Outcome(error=f"preparing claim {ref.namespace}/{ref.name}: {err}")
         for d in plan.devices:
             bound.info("device_prepared", device=d.device_name, cdi_device_ids=list(d.cdi_device_ids))
-        return cp, Outcome(devices=plan.devices)
+        return cp, Outcome(devices=plan.devices, cdi_spec=plan.cdi_spec)
 
     def _answer_again(self, uid: str, entry: ClaimEntry, bound: Any) -> Outcome | None:
         """A completed claim's stored answer, its CDI file restored; None when a MIG instance vanished."""
@@ -292,7 +292,7 @@ class DeviceState:
             self._cdi.write(uid, dict(entry.cdi_spec))
             bound.info("cdi_spec_recreated")
         bound.info("claim_already_prepared", devices=[d.device_name for d in entry.devices])
-        return Outcome(devices=entry.devices)
+        return Outcome(devices=entry.devices, cdi_spec=entry.cdi_spec)
 
     def _apply_sharing(self, plan: ClaimPlan) -> None:
         self._sharing.apply(plan)

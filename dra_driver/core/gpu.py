@@ -31,6 +31,9 @@ class GpuInfo:
     """Full BDF, ``0000:1b:00.0`` (lower case)."""
     pcie_root: str | None
     """The PCIe root complex, ``pci<domain>:<bus>``; None when the source cannot tell."""
+    numa_node: int | None
+    """The NUMA node the GPU is attached to (sysfs ``numa_node``); None when the platform reports none (-1) or the
+    source cannot tell."""
     mig_capable: bool
     mig_enabled: bool
 

@@ -35,6 +35,7 @@ ATTR_CUDA_DRIVER_VERSION = "cudaDriverVersion"
 ATTR_MIG_CAPABLE = "migCapable"
 ATTR_PCI_BUS_ID = f"{STANDARD_DOMAIN}/pciBusID"
 ATTR_PCIE_ROOT = f"{STANDARD_DOMAIN}/pcieRoot"
+ATTR_NUMA_NODE = f"{STANDARD_DOMAIN}/numaNode"  # int; a standard attribute since Kubernetes 1.37 (KEP-6072)
 ATTR_PARENT_UUID = "parentUUID"
 ATTR_PROFILE = "profile"
 CAPACITY_MEMORY = "memory"
@@ -130,7 +131,11 @@ def _string(value: str, what: str) -> Attr:
 
 
 def _parent_attributes(gpu: GpuInfo) -> dict[str, Attr]:
-    """What a full GPU and each of its MIG devices both say about the physical GPU."""
+    """What a full GPU and each of its MIG devices both say about the physical GPU.
+
+    Topology included, so a constraint pairing a MIG slice with another driver's device on one
+    PCIe root or NUMA node works as it does for a full GPU.
+    """
     attrs: dict[str, Attr] = {
         ATTR_PRODUCT_NAME: _string(gpu.product_name, "productName"),
         ATTR_BRAND: _string(gpu.brand, "brand"),
@@ -142,6 +147,10 @@ def _parent_attributes(gpu: GpuInfo) -> dict[str, Attr]:
     }
     if gpu.pcie_root:
         attrs[ATTR_PCIE_ROOT] = _string(gpu.pcie_root, "pcieRoot")
+    if gpu.numa_node is not None:
+        if gpu.numa_node < 0:
+            raise ValueError(f"numaNode must not be negative, got {gpu.numa_node} (a source reports -1 as unknown)")
+        attrs[ATTR_NUMA_NODE] = Attr("int", gpu.numa_node)
     return attrs
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.core.schema import DeviceSpec
+from dra_driver.core.schema import MAX_ATTRS_AND_CAPACITIES, DeviceSpec
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_COUNTERS_OR_TAINTS = 64
@@ -39,7 +39,8 @@ def split_pool(devices: list[DeviceSpec], counter_sets: list[dict[str, Any]] | N
 
     Device order is kept, because the scheduler's first-fit walk follows it. A chunk of devices
     closes at 128 devices, or at 64 once it holds a device with counters or taints. An empty
-    pool is one empty slice, so the pool still exists (and stays complete) with no devices.
+    pool is one empty slice, so the pool still exists (and stays complete) with no devices. A device
+    with more than 32 attributes and capacities together is refused (the API server would reject it).
     """
     counter_sets = counter_sets or []
     out: list[SliceContent] = []
@@ -60,6 +61,11 @@ def split_pool(devices: list[DeviceSpec], counter_sets: list[dict[str, Any]] | N
         if dev.name in seen:
             raise ValueError(f"device {dev.name!r} is defined twice in the pool")
         seen.add(dev.name)
+        entries = len(dev.attributes) + len(dev.capacity)
+        if entries > MAX_ATTRS_AND_CAPACITIES:
+            raise ValueError(
+                f"device {dev.name!r} has {entries} attributes and capacities; the API allows {MAX_ATTRS_AND_CAPACITIES}"
+            )
         limited = any(d.uses_counters_or_taints for d in chunk) or dev.uses_counters_or_taints
         limit = MAX_DEVICES_PER_SLICE_WITH_COUNTERS_OR_TAINTS if limited else MAX_DEVICES_PER_SLICE
         if len(chunk) >= limit:

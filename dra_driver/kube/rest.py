@@ -67,11 +67,16 @@ class RestApi:
         query: list[tuple[str, str]] | None = None,
         body: dict[str, Any] | None = None,
         read_timeout_s: float | None = None,
+        content_type: str = JSON,
     ) -> Any:
-        """Send one request; return the raw urllib3 response (not yet read), status unchecked."""
+        """Send one request; return the raw urllib3 response (not yet read), status unchecked.
+
+        ``content_type`` names the body's kind (a PATCH's: ``application/apply-patch+yaml`` for
+        server-side apply); the body is sent as JSON either way (JSON is YAML).
+        """
         headers: dict[str, str] = {"Accept": JSON}
         if body is not None:
-            headers["Content-Type"] = JSON
+            headers["Content-Type"] = content_type
         try:
             _, url, header_params, _, _ = self._client.param_serialize(
                 method=method,
@@ -94,9 +99,10 @@ class RestApi:
         *,
         query: list[tuple[str, str]] | None = None,
         body: dict[str, Any] | None = None,
+        content_type: str = JSON,
     ) -> dict[str, Any]:
         """One request whose 2xx answer is a JSON object; anything else raises KubeApiError."""
-        raw = self.send(method, path, query=query, body=body)
+        raw = self.send(method, path, query=query, body=body, content_type=content_type)
         try:
             data: bytes = raw.data
         except TRANSPORT_ERRORS as exc:

@@ -3,6 +3,10 @@
 First-class, not a test double: unit, integration, e2e tests and the demo all run on it. A
 profile is plain data; UUIDs are derived from the node name, so a node keeps its GPUs across
 restarts and two nodes never share one. Selected with ``--fake-gpus PROFILE``.
+
+Topology is that of a two-socket server: each GPU sits on its own PCIe root complex
+(``pci0000:<bus & 0xf0>``), and socket 0 owns the buses below 0x80, socket 1 the rest, so an
+8-GPU node has GPUs 0-3 on NUMA node 0 and 4-7 on NUMA node 1 (l4x4: 0-1 and 2-3).
 """
 
 from __future__ import annotations
@@ -17,6 +21,17 @@ _UUID_NAMESPACE = uuid.UUID("6d1f4c2e-2b7a-4f0e-9a51-1f3f5d0c8e21")
 _DGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _L4_BUSES = (0x01, 0x41, 0x81, 0xC1)
 _MIB = 1 << 20
+_SOCKET_1_FIRST_BUS = 0x80  # buses from here on hang off the second socket's root complexes
+
+
+def fake_pcie_root(bus: int) -> str:
+    """The root complex above a fake GPU on ``bus``: ``pci0000:<bus rounded down to 16>``."""
+    return f"pci0000:{bus & 0xF0:02x}"
+
+
+def fake_numa_node(bus: int) -> int:
+    """The NUMA node of a fake GPU on ``bus``: 0 below bus 0x80, else 1 (the root complex's socket)."""
+    return 0 if bus < _SOCKET_1_FIRST_BUS else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +115,8 @@ class FakeGpuSource:
                 cuda_driver_version=p.cuda_driver_version,
                 memory_bytes=m.memory_mib * _MIB,
                 pci_bus_id=f"0000:{bus:02x}:00.0",
-                pcie_root=f"pci0000:{bus & 0xF0:02x}",
+                pcie_root=fake_pcie_root(bus),
+                numa_node=fake_numa_node(bus),
                 mig_capable=m.mig_capable,
                 mig_enabled=False,
             )

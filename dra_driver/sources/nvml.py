@@ -3,12 +3,12 @@
 With ``dra_driver.mig_backends.nvml``, the only module of dra-gpu that imports ``pynvml`` (import-linter
 enforces it). It calls query functions only: it never sets MIG mode, compute mode, clocks, power
 or anything else.
+Where each GPU sits (PCIe root, NUMA node) comes from sysfs through ``dra_driver.sources.sysfs``.
 Called through ``dra_driver.sources.select.make_source`` by the apps on real GPU nodes.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from dra_driver.core.gpu import GpuInfo
+from dra_driver.sources.sysfs import SYSFS, numa_node, pcie_root
 
 log = structlog.get_logger(__name__)
 
@@ -61,28 +62,17 @@ def normalize_bus_id(raw: str) -> str:
     return f"{int(domain, 16):04x}:{rest}"
 
 
-def pcie_root(bus_id: str, sysfs: Path = Path("/sys")) -> str | None:
-    """The PCIe root complex (``pci<domain>:<bus>``) above a device, from sysfs; None if unknown."""
-    try:
-        real = os.path.realpath(sysfs / "bus" / "pci" / "devices" / bus_id)
-    except OSError:
-        return None
-    for part in Path(real).parts:
-        if part.startswith("pci") and ":" in part:
-            return part
-    return None
-
-
 class NvmlGpuSource:
-    """A GpuSource backed by NVML. ``nvml`` and ``sysfs`` are injectable for tests."""
+    """A GpuSource backed by NVML, with topology from sysfs. ``nvml`` and ``sysfs`` are injectable for tests."""
 
-    def __init__(self, *, nvml: ModuleType | None = None, sysfs: Path = Path("/sys")) -> None:
+    def __init__(self, *, nvml: ModuleType | None = None, sysfs: Path = SYSFS) -> None:
         if nvml is None:
             import pynvml
 
             nvml = pynvml
         self._nvml = nvml
         self._sysfs = sysfs
+        self._numa_told: set[str] = set()  # bus ids whose missing NUMA node was logged (once each, not every resync)
 
     def describe(self) -> str:
         """``nvml``."""
@@ -117,6 +107,13 @@ class NvmlGpuSource:
             return False, False
         return True, bool(current == n.NVML_DEVICE_MIG_ENABLE)
 
+    def _numa_node(self, bus_id: str) -> int | None:
+        reading = numa_node(bus_id, self._sysfs)
+        if reading.node is None and bus_id not in self._numa_told:
+            self._numa_told.add(bus_id)
+            log.info("numa_node_omitted", bus_id=bus_id, reason=reading.reason)
+        return reading.node
+
     def _one(self, handle: Any, driver: str, cuda_version: str) -> GpuInfo:
         n = self._nvml
         major, minor_cc = n.nvmlDeviceGetCudaComputeCapability(handle)
@@ -135,6 +132,7 @@ class NvmlGpuSource:
             memory_bytes=int(n.nvmlDeviceGetMemoryInfo(handle).total),
             pci_bus_id=bus_id,
             pcie_root=pcie_root(bus_id, self._sysfs),
+            numa_node=self._numa_node(bus_id),
             mig_capable=mig_capable,
             mig_enabled=mig_enabled,
         )

@@ -9,8 +9,11 @@ form. Used by ``tests/unit/test_allocator_edges.py`` (the simulator alone) and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from dra_driver.core.schema import ATTR_NUMA_NODE, ATTR_PCIE_ROOT, node_devices
+from dra_driver.sources.fake import FakeGpuSource
 from tests.differential.oracle import allocate_case
 
 GPU = "gpu.dra-gpu.dev"
@@ -210,7 +213,40 @@ def invalid_pool_keeps_its_place() -> tuple[dict[str, Any], Expected]:
     return case, {"outcome": "error", "class": "abort", "message": message}
 
 
-CASES = {
+def gpu_beside_nic(
+    attribute: str, nic: dict[str, Any], *, held: tuple[int, ...] = (), gpu: int | None
+) -> tuple[dict[str, Any], Expected]:
+    """One GPU and one NIC of another driver, ``matchAttribute`` on a standard topology attribute.
+
+    The GPUs are what dra-gpu publishes for 8 fake H100s (gpu-0..3 on NUMA node 0, gpu-4..7 on
+    1, one PCIe root each); the NIC sits where ``nic`` says; ``held``: GPUs another claim holds.
+    First fit takes gpu-0, the NIC does not match it, so the allocator walks on to the first GPU
+    it does match (``gpu``), or finds none (None: unsatisfiable).
+    """
+    gpus = [d.to_api() for d in node_devices(FakeGpuSource("h100x8", NODE).gpus())]
+    slices = [one_slice(GPU, NODE, gpus, nodeName=NODE), one_slice(NIC, NODE, [{"name": "nic-0", **nic}], nodeName=NODE)]
+    c = claim(exactly("gpu", GPU), exactly("nic", NIC))
+    c["spec"]["devices"]["constraints"] = [{"requests": ["gpu", "nic"], "matchAttribute": attribute}]
+    results = [{"request": "gpu", "driver": GPU, "pool": NODE, "device": f"gpu-{i}"} for i in held]
+    allocated = [
+        {
+            "metadata": {"name": "held", "namespace": "ns", "uid": "uid-held"},
+            "spec": {"devices": {"requests": [exactly("gpu", GPU, count=len(held))]}},
+            "status": {"allocation": {"devices": {"results": results}}},
+        }
+    ]
+    case = allocate_case(
+        node=NODE, slices=slices, classes=[device_class(GPU), device_class(NIC)], claims=[c], allocated=allocated if held else []
+    )
+    if gpu is None:
+        return case, {"outcome": "unsatisfiable"}
+    return case, [("gpu", NODE, f"gpu-{gpu}"), ("nic", NODE, "nic-0")]
+
+
+_NIC_ON_NUMA_1 = {"attributes": {ATTR_NUMA_NODE: {"int": 1}, ATTR_PCIE_ROOT: {"string": "pci0000:a0"}}}
+
+
+CASES: dict[str, Callable[[], tuple[dict[str, Any], Expected]]] = {
     "per-device node selection": lambda: per_device_node_selection(mixed=False),
     "per-device node selection beside another driver": lambda: per_device_node_selection(mixed=True),
     "binding conditions last": binding_conditions_last,
@@ -223,4 +259,17 @@ CASES = {
     "node selector of several terms after a bindsToNode device": lambda: node_selector_of_several_terms(pinned="bindsToNode"),
     "slice count from the node's own slice": slice_count_from_the_nodes_own_slice,
     "invalid pool keeps its place": invalid_pool_keeps_its_place,
+    "GPU and NIC on one NUMA node": lambda: gpu_beside_nic(ATTR_NUMA_NODE, _NIC_ON_NUMA_1, gpu=4),
+    "GPU and NIC on one NUMA node, its first GPU held": lambda: gpu_beside_nic(ATTR_NUMA_NODE, _NIC_ON_NUMA_1, held=(4,), gpu=5),
+    "GPU and NIC on one NUMA node, all its GPUs held": lambda: gpu_beside_nic(
+        ATTR_NUMA_NODE, _NIC_ON_NUMA_1, held=(4, 5, 6, 7), gpu=None
+    ),
+    "GPU and NIC on one PCIe root": lambda: gpu_beside_nic(ATTR_PCIE_ROOT, _NIC_ON_NUMA_1, gpu=5),
+    "GPU and NIC on one PCIe root, its GPU held": lambda: gpu_beside_nic(ATTR_PCIE_ROOT, _NIC_ON_NUMA_1, held=(5,), gpu=None),
+    "GPU and NIC on one NUMA node, the NIC without one": lambda: gpu_beside_nic(
+        ATTR_NUMA_NODE, {"attributes": {ATTR_PCIE_ROOT: {"string": "pci0000:a0"}}}, gpu=None
+    ),
+    "GPU and NIC on one NUMA node, the NIC's a string": lambda: gpu_beside_nic(
+        ATTR_NUMA_NODE, {"attributes": {ATTR_NUMA_NODE: {"string": "1"}}}, gpu=None
+    ),
 }

@@ -282,7 +282,8 @@ def test_a_server_dropping_counters_gets_no_slice_of_the_pool(tmp_path: Path) ->
     consumes = {"consumesCounters": [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "40Gi"}}}]}
     devices = [DeviceSpec(f"gpu-0-half-{i}", {"type": Attr("string", "partition")}, {}, dict(consumes)) for i in range(2)]
     refusals: list[str] = []
-    with LocalCluster(feature_gates={"DRAPartitionableDevices": False}, log_dir=tmp_path) as c:
+    off = {g: False for g in ("DRAPartitionableDevices", "DRAPartitionableDevicesType", "DRADeviceCompatibilityGroups")}
+    with LocalCluster(feature_gates=off, log_dir=tmp_path) as c:  # and the 1.37 alpha gates that need it
         c.add_node("no-counters")
         api = slice_api(c)
         publisher = SlicePublisher(api, DRIVER, "no-counters", on_refusal=refusals.append)

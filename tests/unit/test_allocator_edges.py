@@ -9,9 +9,11 @@ here the simulator alone must give the scheduler's devices (or its error), and g
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
+from dra_driver.core.schema import ATTR_NUMA_NODE
 from dra_driver.schedsim.allocator import explain
 from dra_driver.schedsim.allocator.model import AllocatedState
 from dra_driver.schedsim.allocator.pools import gather_pools
@@ -62,3 +64,31 @@ def test_a_search_past_its_time_budget_says_it_could_not_decide() -> None:
     assert outcome.error is not None
     assert outcome.error.startswith(f"node {edges.NODE}: could not decide within {SEARCH_BUDGET_S:.0f}s")
     assert alloc.steps < 1000  # stopped at the first look at the clock
+
+
+def _explain_case(case: dict[str, Any]) -> list[tuple[str, str | None, list[str], str | None]]:
+    classes = {c["metadata"]["name"]: c for c in case["classes"]}
+    ex = explain(case["claims"], case["slices"], classes, case["allocated"], {edges.NODE: edges.LABELS})
+    return [(r.request, r.node, r.devices, r.reason) for r in ex.requests]
+
+
+def test_explain_names_the_constraint_when_only_it_keeps_the_pod_pending() -> None:
+    """NUMA-1 GPUs held, the NIC on NUMA node 1: free GPUs and NICs exist, so the reason names the matchAttribute."""
+    case, _ = edges.gpu_beside_nic(ATTR_NUMA_NODE, {"attributes": {ATTR_NUMA_NODE: {"int": 1}}}, held=(4, 5, 6, 7), gpu=None)
+    got = _explain_case(case)
+    assert [(r, n, d) for r, n, d, _ in got] == [("gpu", None, []), ("nic", None, [])]
+    for *_, reason in got:
+        assert reason is not None
+        assert reason.startswith("0/1 nodes can allocate all claims: ")
+        assert reason.endswith(
+            f"; it would fit on node {edges.NODE} without the claim's constraints: "
+            f"no free devices satisfy matchAttribute {ATTR_NUMA_NODE} of requests gpu, nic"
+        )
+
+
+def test_explain_does_not_blame_the_constraint_when_the_claim_fails_without_it() -> None:
+    """Every GPU held: the claim fails with or without its constraint, so the constraint is not named."""
+    case, _ = edges.gpu_beside_nic(ATTR_NUMA_NODE, {"attributes": {ATTR_NUMA_NODE: {"int": 1}}}, held=tuple(range(8)), gpu=None)
+    for request, _, _, reason in _explain_case(case):
+        assert reason is not None and "constraints" not in reason, (request, reason)
+    assert "request gpu needs 1 device; at most 0 usable on one node" in (_explain_case(case)[0][3] or "")

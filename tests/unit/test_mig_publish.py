@@ -189,6 +189,21 @@ def test_eight_gpu_node_splits_within_api_limits_and_keeps_order() -> None:
         assert len(api["consumesCounters"]) <= 2 and len(api["consumesCounters"][0]["counters"]) <= 32
 
 
+@pytest.mark.parametrize("strategy", [MigStrategy.STATIC, MigStrategy.DYNAMIC])
+def test_mig_devices_carry_their_gpus_pcie_root_and_numa_node(strategy: MigStrategy) -> None:
+    """A slice of gpu-5 says gpu-5's topology, so a claim can pair it with a NIC on the same root or NUMA node."""
+    g = gpus()[5]
+    inst = (MigInstance(g.uuid, 9, "3g.20gb", Placement(4, 4), gi_id=2, ci_id=0, uuid="MIG-aaaa"),)
+    on = strategy is MigStrategy.STATIC
+    pub = publish_node([GpuMigState(g, A100, MigMode(on, on), inst if on else ())], strategy)
+    migs = [d.to_api() for d in pub.devices if d.attributes["type"].value == "mig"]
+    assert migs
+    for dev in migs:
+        assert dev["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 1}
+        assert dev["attributes"]["resource.kubernetes.io/pcieRoot"] == {"string": g.pcie_root}
+        assert dev["attributes"]["resource.kubernetes.io/pciBusID"] == {"string": g.pci_bus_id}
+
+
 def test_a_placement_outside_the_gpu_is_refused() -> None:
     bad = MigCatalog(8, (replace(A100.profiles[0], placements=(Placement(7, 2),)),))
     with pytest.raises(ValueError, match="outside the GPU's 8 memory slices"):

@@ -11,8 +11,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from dra_driver.core.schema import node_devices
-from dra_driver.sources.nvml import NvmlGpuSource, normalize_bus_id, pcie_root
+import pytest
+import structlog
+
+from dra_driver.core.schema import ATTR_NUMA_NODE, node_devices
+from dra_driver.sources.nvml import NvmlGpuSource, normalize_bus_id
+from dra_driver.sources.sysfs import NUMA_FILE_MAX_BYTES, numa_node, pcie_root
 
 
 class NVMLError(Exception):
@@ -91,31 +95,36 @@ def test_records_are_built_from_nvml_answers(tmp_path: Path) -> None:
     sysfs = tmp_path / "sys"
     real = sysfs / "devices" / "pci0000:17" / "0000:17:01.0" / "0000:1b:00.0"
     real.mkdir(parents=True)
+    (real / "numa_node").write_text("1\n")
     (sysfs / "bus" / "pci" / "devices").mkdir(parents=True)
     (sysfs / "bus" / "pci" / "devices" / "0000:1b:00.0").symlink_to(real)
     gpus = NvmlGpuSource(nvml=nvml, sysfs=sysfs).gpus()  # type: ignore[arg-type]
     assert (1, 1) == (nvml.inits, nvml.shutdowns)
     l4, h100 = gpus
-    assert (0, "NVIDIA L4", "Ada Lovelace", "8.9", False, None) == (
+    assert (0, "NVIDIA L4", "Ada Lovelace", "8.9", False, None, None) == (
         l4.minor,
         l4.product_name,
         l4.architecture,
         l4.cuda_compute_capability,
         l4.mig_capable,
         l4.pcie_root,
+        l4.numa_node,
     )
-    assert (1, "Hopper", True, False, "0000:1b:00.0", "pci0000:17") == (
+    assert (1, "Hopper", True, False, "0000:1b:00.0", "pci0000:17", 1) == (
         h100.minor,
         h100.architecture,
         h100.mig_capable,
         h100.mig_enabled,
         h100.pci_bus_id,
         h100.pcie_root,
+        h100.numa_node,
     )
     assert ("570.124.06", "12.8", "Nvidia") == (h100.driver_version, h100.cuda_driver_version, h100.brand)
     devs = node_devices(gpus)
     assert ["gpu-0", "gpu-1"] == [d.name for d in devs]
     assert "570.124.6" == devs[1].attributes["driverVersion"].value
+    assert ("int", 1) == (devs[1].attributes[ATTR_NUMA_NODE].kind, devs[1].attributes[ATTR_NUMA_NODE].value)
+    assert ATTR_NUMA_NODE not in devs[0].attributes  # no sysfs entry for the L4: left out, not guessed
 
 
 def test_bus_id_normalization() -> None:
@@ -127,3 +136,55 @@ def test_bus_id_normalization() -> None:
 def test_pcie_root_unknown_without_sysfs(tmp_path: Path) -> None:
     """No sysfs entry: the attribute is left out rather than guessed."""
     assert pcie_root("0000:1b:00.0", tmp_path) is None
+
+
+def _numa_file(sysfs: Path, bus_id: str, content: bytes) -> None:
+    dev = sysfs / "bus" / "pci" / "devices" / bus_id
+    dev.mkdir(parents=True, exist_ok=True)
+    (dev / "numa_node").write_bytes(content)
+
+
+def test_numa_node_is_read_from_the_devices_sysfs_entry(tmp_path: Path) -> None:
+    """``numa_node`` under the lower-case, 4-digit-domain bus id gives the node number."""
+    _numa_file(tmp_path, "0000:9a:00.0", b"1\n")
+    _numa_file(tmp_path, "0000:18:00.0", b"0\n")
+    assert (1, None) == (numa_node("0000:9a:00.0", tmp_path).node, numa_node("0000:9a:00.0", tmp_path).reason)
+    assert 0 == numa_node("0000:18:00.0", tmp_path).node
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"-1\n", "no NUMA affinity"),
+        (b"", "not a NUMA node number"),
+        (b"one\n", "not a NUMA node number"),
+        (b"7" * NUMA_FILE_MAX_BYTES, "not a NUMA node number"),
+        (b"4096\n", "outside 0..1023"),
+    ],
+    ids=["minus-one", "empty", "word", "overlong", "too-large"],
+)
+def test_numa_node_is_omitted_with_a_reason_when_the_kernel_gives_none(tmp_path: Path, content: bytes, why: str) -> None:
+    """-1, an empty or overlong file, or a value no kernel uses: no node, and the reason names the file."""
+    _numa_file(tmp_path, "0000:1b:00.0", content)
+    got = numa_node("0000:1b:00.0", tmp_path)
+    assert got.node is None
+    assert got.reason is not None and why in got.reason and "0000:1b:00.0/numa_node" in got.reason
+
+
+def test_numa_node_of_a_missing_device_or_malformed_bus_id_is_unknown(tmp_path: Path) -> None:
+    """No sysfs entry, or a bus id that is not in sysfs form (NVML's 8-digit upper case): no path is read."""
+    assert "unreadable" in (numa_node("0000:1b:00.0", tmp_path).reason or "")
+    assert numa_node("00000000:1B:00.0", tmp_path).node is None
+    assert numa_node("../../etc/passwd", tmp_path).node is None
+    assert pcie_root("../../etc", tmp_path) is None
+
+
+def test_a_missing_numa_node_is_logged_once_per_gpu_however_often_gpus_are_read(tmp_path: Path) -> None:
+    """Unknown NUMA nodes (here: no sysfs at all) are logged once per GPU, not on every enumeration."""
+    source = NvmlGpuSource(nvml=FakeNvml(), sysfs=tmp_path)  # type: ignore[arg-type]
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            assert [None, None] == [g.numa_node for g in source.gpus()]
+    told = [e for e in logs if e["event"] == "numa_node_omitted"]
+    assert ["0000:1b:00.0", "0000:41:00.0"] == [e["bus_id"] for e in told]  # in NVML index order
+    assert all("unreadable" in e["reason"] for e in told)

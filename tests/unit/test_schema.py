@@ -10,7 +10,7 @@ import pytest
 
 from dra_driver.cli.main import inventory_slices
 from dra_driver.core.gpu import GpuInfo
-from dra_driver.core.schema import gpu_device, node_devices, to_semver
+from dra_driver.core.schema import ATTR_NUMA_NODE, ATTR_PCIE_ROOT, gpu_device, node_devices, to_semver
 from dra_driver.sources.fake import PROFILES, FakeGpuSource
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -43,6 +43,7 @@ def test_gpu_attributes_are_named_and_typed_like_nvidias_driver() -> None:
         "migCapable": "bool",
         "resource.kubernetes.io/pciBusID": "string",
         "resource.kubernetes.io/pcieRoot": "string",
+        "resource.kubernetes.io/numaNode": "int",
     } == kinds
     assert "gpu-3" == dev["name"]
     assert {"memory": {"value": "81559Mi"}} == dev["capacity"]
@@ -72,6 +73,33 @@ def test_uuids_are_deterministic_per_node_and_distinct_across_nodes() -> None:
     assert a1 == a2
     assert not set(a1) & set(b)
     assert len(set(a1)) == 8
+
+
+@pytest.mark.parametrize(
+    ("profile", "numa"),
+    [
+        ("h100x8", [0, 0, 0, 0, 1, 1, 1, 1]),
+        ("b200x8", [0, 0, 0, 0, 1, 1, 1, 1]),
+        ("a100-80x1", [0]),
+        ("l4x4", [0, 0, 1, 1]),
+    ],
+)
+def test_fake_gpus_sit_on_two_numa_nodes_each_root_complex_on_one(profile: str, numa: list[int]) -> None:
+    """Two sockets: the first half of the GPUs on NUMA node 0, the rest on 1; a PCIe root never spans two nodes."""
+    devs = [d.to_api()["attributes"] for d in node_devices(FakeGpuSource(profile, "n").gpus())]
+    assert numa == [a[ATTR_NUMA_NODE]["int"] for a in devs]
+    roots = [a[ATTR_PCIE_ROOT]["string"] for a in devs]
+    assert len(set(roots)) == len(roots)  # one GPU per root complex, as on a DGX
+    assert all((int(r.removeprefix("pci0000:"), 16) >= 0x80) == bool(n) for r, n in zip(roots, numa, strict=True))
+
+
+def test_a_negative_numa_node_never_reaches_a_slice() -> None:
+    """-1 means "unknown" in sysfs; a source must say None, and the schema refuses a negative node."""
+    g = FakeGpuSource("l4x4", "n").gpus()[0]
+    with pytest.raises(ValueError, match="numaNode"):
+        gpu_device(GpuInfo(**{**{f: getattr(g, f) for f in g.__slots__}, "numa_node": -1}))
+    unknown = gpu_device(GpuInfo(**{**{f: getattr(g, f) for f in g.__slots__}, "numa_node": None}))
+    assert ATTR_NUMA_NODE not in unknown.attributes
 
 
 def test_l4_is_not_mig_capable_and_has_four_gpus() -> None:

@@ -44,6 +44,16 @@ def test_counter_sets_get_their_own_slices_of_at_most_eight() -> None:
     assert "devices" not in contents[0].spec_fields()
 
 
+def test_a_device_over_the_32_attributes_and_capacities_limit_is_refused() -> None:
+    """The API rejects a device with more than 32 attributes and capacities together; say which device, before writing."""
+    attrs = {f"a{i}": Attr("int", i) for i in range(20)}
+    ok = DeviceSpec("at-limit", attrs, {f"c{i}": "1" for i in range(12)})
+    assert [["at-limit"]] == [[d["name"] for d in c.devices] for c in split_pool([ok])]
+    over = DeviceSpec("over", attrs, {f"c{i}": "1" for i in range(13)})
+    with pytest.raises(ValueError, match="'over' has 33 attributes and capacities"):
+        split_pool([over])
+
+
 def test_duplicate_device_names_are_refused() -> None:
     """A pool with one name twice is invalid; refuse before writing anything."""
     d = devs(2)

@@ -3,7 +3,10 @@
 Called by ``dra-gpu explain``. Runs the simulated allocator per node (nodes by name) and reports,
 per claim request, every candidate device's verdict, the node and devices of the first node where
 the whole pod fits (the real scheduler also scores nodes; this picks the first feasible one by
-name), or the reason none does. ``Explanation.to_json()`` is the stable contract of ``-o json``.
+name), or the reason none does. When only a claim's constraints (``matchAttribute``,
+``distinctAttribute``) stand in the way, the reason says so: the claim is simulated once more
+without them, and if it then fits, the constraints are named. ``Explanation.to_json()`` is the
+stable contract of ``-o json``.
 """
 
 from __future__ import annotations
@@ -124,6 +127,7 @@ def explain(
         for req_name, devs in by_req.items():
             entries.append(RequestExplanation(claim_key(c), req_name, _alloc_node(c), devs, None, []))
     errors = [o for o in outcomes if o.error]
+    blamed = {} if chosen is not None or errors else _blame_constraints(pending, slices, classes, allocated, node_labels)
     for ci, c in enumerate(pending):
         key = claim_key(c)
         for alts in claim_requests(c):
@@ -137,7 +141,7 @@ def explain(
                 devices = [f"{r.pool}/{r.device}" for r in picked]
                 entries.append(RequestExplanation(key, name, chosen.node, devices, None, cands.get((ci, name), [])))
                 continue
-            reason = _reason(outcomes, errors, cands, ci, alts)
+            reason = _reason(outcomes, errors, cands, ci, alts) + blamed.get(ci, "")
             for req in alts:
                 entries.append(RequestExplanation(key, req.name, None, [], reason, cands.get((ci, req.name), [])))
     return Explanation(entries, outcomes)
@@ -165,6 +169,48 @@ def _simulate(
                 for req in alts:
                     cands.setdefault((ci, req.name), []).extend(explain_request(probe, ci, req))
     return outcomes, cands
+
+
+def _blame_constraints(
+    pending: list[dict[str, Any]],
+    slices: list[dict[str, Any]],
+    classes: dict[str, dict[str, Any]],
+    allocated: list[dict[str, Any]],
+    node_labels: dict[str, dict[str, str]] | None,
+) -> dict[int, str]:
+    """Claim index -> a sentence naming its constraints, for each claim whose constraints alone keep the pod off every node.
+
+    The pod is simulated again with that claim's constraints dropped (the others kept); if some
+    node then allocates everything, nothing but those constraints was in the way.
+    """
+    state = AllocatedState.from_claims(allocated)
+    nodes = nodes_of(slices, node_labels)
+    out: dict[int, str] = {}
+    deadline = time.monotonic() + SEARCH_BUDGET_S
+    for ci, c in enumerate(pending):
+        devices = (c.get("spec") or {}).get("devices") or {}
+        constraints = devices.get("constraints") or []
+        if not constraints:
+            continue
+        loose = [*pending[:ci], {**c, "spec": {**c["spec"], "devices": {**devices, "constraints": []}}}, *pending[ci + 1 :]]
+        for node in nodes:
+            labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
+            pools = gather_pools(slices, node, labels)
+            if NodeAllocator(loose, classes, pools, state, node, labels=labels, deadline=deadline).run().results is not None:
+                why = f"no free devices satisfy {_describe(constraints)}"
+                out[ci] = f"; it would fit on {f'node {node}' if node else 'a node'} without the claim's constraints: {why}"
+                break
+    return out
+
+
+def _describe(constraints: Sequence[Mapping[str, Any]]) -> str:
+    """``matchAttribute resource.kubernetes.io/numaNode of requests gpu, nic`` (and so on, joined by "together with")."""
+    parts = []
+    for con in constraints:
+        kind = "matchAttribute" if con.get("matchAttribute") else "distinctAttribute"
+        scope = ", ".join(str(r) for r in con.get("requests") or []) or "every request"
+        parts.append(f"{kind} {con.get(kind)} of {'requests ' if con.get('requests') else ''}{scope}")
+    return " together with ".join(parts)
 
 
 def read_inputs(
