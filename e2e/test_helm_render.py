@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +21,7 @@ from dra_driver.appkit.flags import add_common_flags
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.core.mig import MigStrategy
 from dra_driver.sources.fake import PROFILES
-from e2e.helm_cli import CHART, PLUGIN, RELEASE, Helm, by_kind, env_of
+from e2e.helm_cli import CHART, NAMESPACE, PLUGIN, RELEASE, Helm, by_kind, env_of
 
 # -- Helm's linter and the values schema ------------------------------------------------------
 
@@ -35,6 +37,7 @@ from e2e.helm_cli import CHART, PLUGIN, RELEASE, Helm, by_kind, env_of
         ("mig.strategy=static", "controller.enabled=true", "controller.nodeName=node-a"),
         ("gpus.fake.profile=a100-80x1", "sharing.consumable=true", "controller.enabled=true", "controller.nodeName=node-a"),
         ("sharing.consumable=true", "mig.strategy=static"),
+        ("mig.strategy=dynamic", "extendedResources.enabled=true", "extendedResources.gpu=example.com/gpu"),
     ],
     ids=[
         "defaults",
@@ -45,6 +48,7 @@ from e2e.helm_cli import CHART, PLUGIN, RELEASE, Helm, by_kind, env_of
         "mig-static-nvml",
         "consumable-fake",
         "consumable-nvml-mig-static",
+        "extended-resources",
     ],
 )
 def test_lint_strict_passes(helm: Helm, sets: tuple[str, ...]) -> None:
@@ -75,6 +79,14 @@ def test_lint_strict_passes(helm: Helm, sets: tuple[str, ...]) -> None:
         ("gpus.fake.migLatency=slow", "migLatency"),
         ("kubeletPlugin.gcInterval=-5", "gcInterval"),
         ("kubeletPlugin.gcInterval=often", "gcInterval"),
+        # Tri-state: auto, true or false, nothing else.
+        ("extendedResources.enabled=yes", "at '/extendedResources/enabled': value must be one of 'auto', true, false"),
+        ("extendedResources.gpu=gpu", "/extendedResources/gpu"),  # an extended resource needs a domain
+        ("extendedResources.gpu=nvidia.com/GPU count", "/extendedResources/gpu"),
+        ("extendedResources.mig.profiles={1g.10gb,huge}", "/extendedResources/mig/profiles"),
+        ("extendedResources.mig.profiles={1g.10gb,1g.10gb}", "/extendedResources/mig/profiles"),
+        ("clusterFeatureGates=DRAExtendedResource", "/clusterFeatureGates"),  # a list, of gate names
+        ("clusterFeatureGates={dra-extended-resource}", "/clusterFeatureGates"),
     ],
 )
 def test_schema_rejects_bad_values(helm: Helm, bad: str, mentions: str) -> None:
@@ -140,6 +152,7 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "HEALTHCHECK_PORT": "51515",
         "PUBLISH_SLICES": "true",
         "GC_INTERVAL": "600",
+        "DEVICE_STATUS": "true",
         "BOOT_ID_FILE": "/host/boot_id",
     }
     assert c["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}
@@ -212,19 +225,19 @@ PLUGIN_RULES = [
 
 
 def test_rbac_least_privilege(helm: Helm) -> None:
-    """The plugin's ClusterRole is exactly what it calls; claim status only when asked, for its driver only;
-    the webhook has no role and no token."""
-    assert rule_set(by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES)
-
+    """The plugin's ClusterRole is exactly what it calls; claim status by server-side apply (patch only), for its
+    driver on its own node only, and none with device status off; the webhook has no role and no token."""
+    # claim_status_api server-side applies status.devices: PATCH only, never PUT; from 1.36 the API
+    # server also checks associated-node:<verb> on resourceclaims/driver named by the driver.
     status_rules = [
-        rule(["resource.k8s.io"], ["resourceclaims/status"], ["update", "patch"]),
-        rule(
-            ["resource.k8s.io"], ["resourceclaims/driver"], ["associated-node:update", "associated-node:patch"],
-            names=[DEFAULT_DRIVER_NAME],
-        ),
-    ]  # fmt: skip
-    rules = by_kind(helm.template("deviceStatus.enabled=true"), "ClusterRole")[PLUGIN]["rules"]
-    assert rule_set(rules) == rule_set(PLUGIN_RULES + status_rules)
+        rule(["resource.k8s.io"], ["resourceclaims/status"], ["patch"]),
+        rule(["resource.k8s.io"], ["resourceclaims/driver"], ["associated-node:patch"], names=[DEFAULT_DRIVER_NAME]),
+    ]
+    assert rule_set(by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES + status_rules)
+    off = helm.template("deviceStatus.enabled=false")
+    assert rule_set(by_kind(off, "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES)
+    (container,) = by_kind(off, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    assert env_of(container)["DEVICE_STATUS"] == "false"
 
     # Everything on: the only roles are the plugin's and the controller's; the webhook reads nothing
     # from the API server, so it has no role and its pod mounts no token.
@@ -331,7 +344,7 @@ def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.
         monkeypatch.setenv(name, downward[name] if isinstance(value, dict) else value)
     s = parse_plugin([])
     assert (s.node_name, s.pod_uid, s.driver_name, s.fake_gpus) == ("node-a", downward["POD_UID"], "gpu.example.org", "b200x8")
-    assert (s.healthcheck_port, s.log_level, s.publish_slices) == (6000, "debug", True)
+    assert (s.healthcheck_port, s.log_level, s.publish_slices, s.device_status) == (6000, "debug", True, True)
     assert str(s.plugin_dir) == "/var/lib/kubelet/plugins/gpu.example.org"
     assert (str(s.registrar_dir), str(s.cdi_root)) == ("/var/lib/kubelet/plugins_registry", "/var/run/cdi")
     assert (s.mig, s.fake_mig_latency, s.gc_interval_s, s.consumable) == (MigStrategy.DYNAMIC, "zero", 30.0, False)
@@ -355,3 +368,169 @@ def test_without_a_health_port_there_are_no_probes(helm: Helm) -> None:
     (c,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
     assert "livenessProbe" not in c and "readinessProbe" not in c and "ports" not in c
     assert "-1" == env_of(c)["HEALTHCHECK_PORT"]
+
+
+# -- Extended resources: pods written for the NVIDIA device plugin ----------------------------
+
+DEVICE_PLUGIN_GPU = "nvidia.com/gpu"
+# A DNS subdomain (DeviceClass names) and a qualified resource name with a domain (extended resources), as
+# Kubernetes validates them.
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+RESOURCE_NAME = re.compile(DNS_SUBDOMAIN.pattern[:-1] + r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def render(helm: Helm, kube_version: str, *sets: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``helm template`` as if the API server were ``kube_version`` (what ``.Capabilities.KubeVersion`` says)."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version]
+    for s in sets:
+        args += ["--set", s]
+    return helm.run(*args, check=check)
+
+
+def classes_at(helm: Helm, kube_version: str, *sets: str) -> dict[str, dict[str, Any]]:
+    """The DeviceClasses the chart renders for that server version, by name."""
+    return by_kind([d for d in yaml.safe_load_all(render(helm, kube_version, *sets).stdout) if d], "DeviceClass")
+
+
+def mapped(classes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """extendedResourceName -> class name, for the classes that have one."""
+    return {c["spec"]["extendedResourceName"]: name for name, c in classes.items() if "extendedResourceName" in c["spec"]}
+
+
+def device_plugin_mig_resource(profile: str) -> str:
+    """The device plugin's mixed-strategy resource name of a MIG profile (its internal/rm/rm.go:
+    ``strings.ReplaceAll("mig-"+profile, "+", ".")`` under the nvidia.com/ domain)."""
+    return "nvidia.com/" + ("mig-" + profile).replace("+", ".")
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "on"),
+    [("1.34.4", False), ("1.35.4", False), ("1.36.0", True), ("1.36.3-gke.1200", True), ("1.37.2", True)],
+)
+def test_auto_maps_nvidia_gpu_to_the_gpu_class_from_kubernetes_1_36(helm: Helm, kube_version: str, on: bool) -> None:
+    """The default (enabled: auto) puts extendedResourceName on where the API server keeps it by default
+    (DRAExtendedResource beta in 1.36, GA in 1.37) and leaves it out on 1.34/1.35, where it is alpha and off."""
+    classes = classes_at(helm, kube_version, "mig.strategy=static")
+    if on:
+        assert classes[DEFAULT_DRIVER_NAME]["spec"]["extendedResourceName"] == DEVICE_PLUGIN_GPU
+        assert mapped(classes)[DEVICE_PLUGIN_GPU] == DEFAULT_DRIVER_NAME
+        assert "nvidia.com/mig-1g.10gb" in mapped(classes)
+    else:
+        assert mapped(classes) == {}
+        # Without the mapping the per-profile classes have no purpose and are not rendered.
+        assert set(classes) == {DEFAULT_DRIVER_NAME, f"mig.{DEFAULT_DRIVER_NAME}"}
+
+
+@pytest.mark.parametrize("kube_version", ["1.34.4", "1.35.4"])
+def test_explicit_true_below_1_36_fails_naming_the_feature_gate(helm: Helm, kube_version: str) -> None:
+    """enabled: true on a server that would silently drop the field stops the install with what to do; with the
+    admin's word that the alpha gate is on (clusterFeatureGates) it renders."""
+    proc = render(helm, kube_version, "extendedResources.enabled=true", check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert f"extendedResources.enabled=true needs Kubernetes 1.36 or newer, this server is v{kube_version}" in proc.stderr
+    assert "DRAExtendedResource feature gate" in proc.stderr
+    assert "silently drops the field" in proc.stderr
+    assert "add DRAExtendedResource to clusterFeatureGates" in proc.stderr
+
+    classes = classes_at(helm, kube_version, "extendedResources.enabled=true", "clusterFeatureGates={DRAExtendedResource}")
+    assert mapped(classes) == {DEVICE_PLUGIN_GPU: DEFAULT_DRIVER_NAME}
+    # The gate listed alone changes nothing: auto stays off below 1.36.
+    assert mapped(classes_at(helm, kube_version, "clusterFeatureGates={DRAExtendedResource}")) == {}
+
+
+def test_explicit_false_turns_the_mapping_off_on_any_server(helm: Helm) -> None:
+    for kube_version in ("1.36.3", "1.37.2"):
+        classes = classes_at(helm, kube_version, "extendedResources.enabled=false", "mig.strategy=static")
+        assert mapped(classes) == {}
+        assert set(classes) == {DEFAULT_DRIVER_NAME, f"mig.{DEFAULT_DRIVER_NAME}"}
+    # true on a server that has the field is just on.
+    assert DEVICE_PLUGIN_GPU in mapped(classes_at(helm, "1.36.3", "extendedResources.enabled=true"))
+
+
+def test_gpu_resource_is_configurable_and_empty_means_none(helm: Helm) -> None:
+    classes = classes_at(helm, "1.37.2", "extendedResources.gpu=example.com/gpu", "driverName=gpu.example.org")
+    assert mapped(classes) == {"example.com/gpu": "gpu.example.org"}
+    classes = classes_at(helm, "1.37.2", "extendedResources.gpu=", "mig.strategy=dynamic")
+    assert "extendedResourceName" not in classes[DEFAULT_DRIVER_NAME]["spec"]
+    assert DEVICE_PLUGIN_GPU not in mapped(classes) and "nvidia.com/mig-1g.10gb" in mapped(classes)
+
+
+@pytest.mark.parametrize("strategy", ["static", "dynamic"])
+def test_mig_profile_classes_are_named_as_the_device_plugins_mixed_strategy(helm: Helm, strategy: str) -> None:
+    """One class per profile, mig-<profile>.<driver>, selecting type "mig" and that profile, mapped to
+    nvidia.com/mig-<profile> with "+" made "." (1g.10gb+me -> nvidia.com/mig-1g.10gb.me), as the device plugin
+    names them; every name is one Kubernetes accepts."""
+    driver = "gpu.example.org"
+    classes = classes_at(helm, "1.37.2", f"mig.strategy={strategy}", f"driverName={driver}")
+    profiles = yaml.safe_load((CHART / "values.yaml").read_text())["extendedResources"]["mig"]["profiles"]
+    by_resource = mapped(classes)
+    assert set(by_resource) == {DEVICE_PLUGIN_GPU} | {device_plugin_mig_resource(p) for p in profiles}
+    assert by_resource["nvidia.com/mig-1g.10gb"] == f"mig-1g.10gb.{driver}"
+    assert by_resource["nvidia.com/mig-1g.10gb.me"] == f"mig-1g.10gb.me.{driver}"
+    for profile in profiles:
+        name = by_resource[device_plugin_mig_resource(profile)]
+        assert DNS_SUBDOMAIN.match(name) and len(name) <= 253, name
+        assert RESOURCE_NAME.match(device_plugin_mig_resource(profile)), profile
+        (selector,) = classes[name]["spec"]["selectors"]
+        assert selector["cel"]["expression"] == (
+            f"device.driver == '{driver}' && device.attributes['{driver}'].type == 'mig' && "
+            f"device.attributes['{driver}'].profile == '{profile}'"
+        )
+    # No MIG device is published with mig.strategy none, so no per-profile class either.
+    assert set(mapped(classes_at(helm, "1.37.2", "mig.strategy=none"))) == {DEVICE_PLUGIN_GPU}
+    assert set(mapped(classes_at(helm, "1.37.2", "mig.strategy=dynamic", "extendedResources.mig.prefix="))) == {DEVICE_PLUGIN_GPU}
+    only = classes_at(helm, "1.37.2", "mig.strategy=dynamic", "extendedResources.mig.profiles={3g.40gb}")
+    expected = {DEVICE_PLUGIN_GPU: DEFAULT_DRIVER_NAME, "nvidia.com/mig-3g.40gb": f"mig-3g.40gb.{DEFAULT_DRIVER_NAME}"}
+    assert mapped(only) == expected
+
+
+def test_default_mig_profiles_are_every_profile_the_simulator_knows() -> None:
+    """The default profile list is exactly the profiles of the MIG tables (A100 40/80GB, H100, H200, B200)."""
+    from dra_driver.mig_backends.sim.catalog import products
+
+    profiles = yaml.safe_load((CHART / "values.yaml").read_text())["extendedResources"]["mig"]["profiles"]
+    known = {p.name for product in products().values() for p in product.gi_profiles}
+    assert len(profiles) == len(set(profiles))
+    assert set(profiles) == known
+    assert {"1g.10gb", "1g.10gb+me", "7g.80gb", "1g.5gb", "7g.141gb", "7g.180gb"} <= set(profiles)
+
+
+# -- What each release lacks: refused at install, never a silent no-op ------------------------
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "sets", "mentions"),
+    [
+        ("1.34.4", ("mig.strategy=dynamic",), "mig.strategy=dynamic needs Kubernetes 1.35 or newer"),
+        # The gate does not help on 1.34: counter sets need their own slices.
+        ("1.34.4", ("mig.strategy=dynamic", "clusterFeatureGates={DRAPartitionableDevices}"), "needs Kubernetes 1.35"),
+        ("1.35.4", ("mig.strategy=dynamic",), "needs the DRAPartitionableDevices feature gate"),
+        ("1.34.4", ("sharing.consumable=true",), "needs the DRAConsumableCapacity feature gate"),
+        ("1.35.4", ("sharing.consumable=true",), "needs the DRAConsumableCapacity feature gate"),
+    ],
+)
+def test_a_feature_the_release_lacks_fails_the_install_naming_the_gate(
+    helm: Helm, kube_version: str, sets: tuple[str, ...], mentions: str
+) -> None:
+    out = render(helm, kube_version, *sets, check=False)
+    assert out.returncode != 0, f"rendered for {kube_version} with {sets}"
+    assert mentions in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "sets"),
+    [
+        ("1.35.4", ("mig.strategy=dynamic", "clusterFeatureGates={DRAPartitionableDevices}")),
+        ("1.34.4", ("sharing.consumable=true", "clusterFeatureGates={DRAConsumableCapacity}")),
+        ("1.36.3", ("mig.strategy=dynamic",)),
+        ("1.36.3", ("sharing.consumable=true",)),
+        ("1.37.2", ("mig.strategy=dynamic",)),
+        ("1.34.4", ("mig.strategy=static",)),
+    ],
+)
+def test_a_feature_the_release_serves_or_whose_gate_is_declared_renders(
+    helm: Helm, kube_version: str, sets: tuple[str, ...]
+) -> None:
+    out = render(helm, kube_version, *sets, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "kind: DaemonSet" in out.stdout

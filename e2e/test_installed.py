@@ -274,7 +274,8 @@ def test_a_rolling_upgrade_keeps_running_pods_and_their_claims_and_the_new_plugi
     ic.wait_gone(NS, [victim["metadata"]["name"]])
     node = ic.nodes[victim["spec"]["nodeName"]]
     deadline = time.monotonic() + 60
-    while any(uid in s for s in cdi_specs(node)) and time.monotonic() < deadline:
+    # Unprepare removes the CDI spec before it saves the checkpoint: wait for both.
+    while (any(uid in s for s in cdi_specs(node)) or uid in checkpoint_claims(node)) and time.monotonic() < deadline:
         time.sleep(0.3)
     assert not any(uid in s for s in cdi_specs(node))
     assert uid not in checkpoint_claims(node)
