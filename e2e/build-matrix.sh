@@ -17,7 +17,7 @@ lock="$cache/matrix-build.lock" log="$cache/matrix-build.log"
 if [[ "${1:-}" == "--background" ]]; then
   # The child takes the lock itself; wait until it has, so a test started right after sees it held.
   : > "$log"
-  nohup nice -n 10 "$0" --locked >>"$log" 2>&1 </dev/null &
+  nohup nice -n 10 "$PWD/$(basename "$0")" --locked >>"$log" 2>&1 </dev/null &
   for _ in $(seq 100); do grep -q '^matrix build started' "$log" 2>/dev/null && exit 0; sleep 0.1; done
   echo "the background matrix build did not start; see $log" >&2
   exit 1

@@ -189,11 +189,7 @@ func allocate(ctx context.Context, c *inputCase) allocateAnswer {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.Node, Labels: c.NodeLabels}}
 	results, err := alloc.Allocate(ctx, node, c.Claims)
 	if err != nil {
-		class := "abort"
-		if errors.Is(err, structured.ErrFailedAllocationOnNode) {
-			class = "node"
-		}
-		return allocateAnswer{Outcome: "error", Class: class, Message: err.Error()}
+		return allocateAnswer{Outcome: "error", Class: errorClass(err), Message: err.Error()}
 	}
 	if results == nil {
 		return allocateAnswer{Outcome: "unsatisfiable"}
