@@ -14,9 +14,6 @@ No kubelet: scheduling needs none. Each test starts from a node with nothing all
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +24,7 @@ import pytest
 from dra_driver.cli.main import inventory_slices
 from dra_driver.core.schema import ATTR_NUMA_NODE, ATTR_PCIE_ROOT
 from e2e.cluster import ApiError, LocalCluster
+from e2e.explain_cli import explain_json
 from e2e.helm_cli import Helm
 from e2e.manifests import apply, apply_file, load
 
@@ -181,18 +179,8 @@ def unschedulable(c: LocalCluster, pod_name: str) -> dict[str, Any]:
 
 def explain(c: LocalCluster, pod_name: str) -> tuple[int, dict[str, tuple[str | None, list[str], str | None]]]:
     """``dra-gpu explain pod/NAME`` against the cluster: exit code, request -> (node, devices, reason)."""
-    args = ["explain", f"pod/{pod_name}", "-n", NS, "--kubeconfig", str(c.kubeconfig), "-o", "json"]
-    out = subprocess.run(
-        [sys.executable, "-m", "dra_driver.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
-    assert out.stdout.strip(), out.stderr
-    doc = json.loads(out.stdout)
-    return out.returncode, {r["request"]: (r["node"], r["devices"], r["reason"]) for r in doc["requests"]}
+    code, doc = explain_json(c.kubeconfig, f"pod/{pod_name}", NS)
+    return code, {r["request"]: (r["node"], r["devices"], r["reason"]) for r in doc["requests"]}
 
 
 def assert_explain_blames_the_numa_constraint(ex: dict[str, tuple[str | None, list[str], str | None]]) -> None:

@@ -23,7 +23,6 @@ says the same in words.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from dra_driver.core.cdi import cdi_device_id
 from dra_driver.core.mig import MigStrategy
 from dra_driver.sources.fake import FakeGpuSource
 from e2e.cluster import K8S_VERSION, LocalCluster, matrix_versions, minor_of, wait_for_matrix_build
+from e2e.explain_cli import explain_json
 from e2e.helm_cli import CHART, Helm
 from e2e.manifests import apply_file
 from e2e.node import KubeletNode
@@ -201,18 +201,8 @@ def test_a_pending_pod_is_explained_and_the_releases_allocator_agrees(release: R
 
     message = wait_until("the scheduler to report the pod unschedulable", unschedulable, release.m.diagnostics, TIMEOUT)
     assert "cannot allocate all claims" in message, message
-    argv = [sys.executable, "-m", "dra_driver.cli.main", "explain", "unsatisfiable", "-n", NS]
-    argv += ["--kubeconfig", str(c.kubeconfig), "-o", "json"]
-    out = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
-    assert out.stdout.strip(), out.stderr
-    (req,) = json.loads(out.stdout)["requests"]
+    _, doc = explain_json(c.kubeconfig, "unsatisfiable", NS)
+    (req,) = doc["requests"]
     assert req["node"] is None and req["devices"] == [], req
     assert "request gpu needs 1 device; at most 0 usable on one node" in req["reason"], req
     verdicts = {c["device"]: c["verdict"] for c in req["candidates"] if c["device"].startswith(f"{NODE}/gpu-")}
