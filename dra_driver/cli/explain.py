@@ -30,6 +30,7 @@ import yaml
 from dra_driver.schedsim.allocator import Explanation, InvalidObject, explain
 from dra_driver.schedsim.allocator.objects import claim_spec
 from dra_driver.schedsim.allocator.validate import MAX_POD_CLAIMS, Reader, show
+from dra_driver.schedsim.rules import rules_for
 
 if TYPE_CHECKING:
     from dra_driver.kube.explain_api import KubeExplainApi
@@ -304,7 +305,8 @@ def run_live(*, target: str, namespace: str, kubeconfig: str | None) -> list[tup
         mine = {_uid(c) for c in claims} - {""}
         allocated = [c for c in api.resource_claims() if _allocated(c) and _uid(c) not in mine]
         labels = api.node_labels()
-        return [(label, explain(claims, slice_objs, class_map, allocated, labels))]
+        rules = rules_for(api.server_minor())  # the server's release; unknown or newer: the newest rules
+        return [(label, explain(claims, slice_objs, class_map, allocated, labels, rules=rules))]
     except KubeApiError as err:
         what = f"{kind} {namespace}/{name} not found" if err.not_found else str(err)
         raise InputError(what) from None

@@ -1,13 +1,15 @@
 """Raw-JSON reads for ``dra-gpu explain`` in live mode: what the scheduler would look at.
 
 Used by ``dra_driver.cli.explain``. Lists every ResourceSlice, DeviceClass and ResourceClaim
-(resource.k8s.io/v1) and Node, and gets one Pod, ResourceClaim or ResourceClaimTemplate, all as
+(resource.k8s.io/v1) and Node, gets one Pod, ResourceClaim or ResourceClaimTemplate, all as
 plain dicts through the same transport as ``KubeSliceApi`` (so unknown fields survive and every
-failure is a ``KubeApiError``). Reads only: explain never writes.
+failure is a ``KubeApiError``), and the server's minor release (whose scheduler rules explain follows).
+Reads only: explain never writes.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -57,6 +59,15 @@ class KubeExplainApi(KubeSliceApi):
             str((n.get("metadata") or {}).get("name", "")): dict((n.get("metadata") or {}).get("labels") or {})
             for n in self.list_all("/api/v1/nodes")
         }
+
+    def server_minor(self) -> int | None:
+        """The API server's Kubernetes minor release (``/version``: 37 for v1.37.2); None if it does not say."""
+        try:
+            info = self._json("GET", "/version")
+        except KubeApiError:
+            return None
+        found = re.match(r"v?1\.(\d+)", str(info.get("gitVersion") or "")) or re.match(r"(\d+)", str(info.get("minor") or ""))
+        return int(found.group(1)) if found else None
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         """One Pod, ResourceClaim or ResourceClaimTemplate; KubeApiError (404) if it does not exist."""

@@ -2,7 +2,9 @@
 
 ``Celdiff`` keeps one celdiff process for the whole test session and asks it one JSON line at a
 time (the program answers each line as it comes). ``python_selector`` and ``python_allocate``
-compute dra-gpu's answers in exactly the shape celdiff prints, so a test compares dicts.
+compute dra-gpu's answers in exactly the shape celdiff prints, so a test compares dicts; both follow
+the rules of one Kubernetes release (``minor``; default: ``e2e/K8S_VERSION``'s), as each celdiff
+answers for the release it is built for.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from dra_driver.core.quantity import parse_quantity
 from dra_driver.schedsim.allocator import AllocatedState, NodeAllocator, gather_pools
 from dra_driver.schedsim.allocator.model import claim_key
 from dra_driver.schedsim.cel import CelCompileError, CelRuntimeError, compile_selector
+from dra_driver.schedsim.rules import Rules, minor_of, rules_for
 from e2e.cluster import E2E_DIR, K8S_VERSION, bin_dir
+
+
+def release_rules(minor: int | None = None) -> Rules:
+    """The simulator's rules for Kubernetes 1.<minor> (None: the default release, ``e2e/K8S_VERSION``)."""
+    return rules_for(minor_of(K8S_VERSION) if minor is None else minor)
 
 
 class OracleMissing(RuntimeError):
@@ -65,10 +73,10 @@ def selector_case(driver: str, device: Mapping[str, Any], expression: str) -> di
     return {"kind": "selector", "driver": driver, "device": device, "expression": expression}
 
 
-def python_selector(driver: str, device: Mapping[str, Any], expression: str) -> dict[str, Any]:
-    """dra-gpu's answer to a selector case, shaped like celdiff's."""
+def python_selector(driver: str, device: Mapping[str, Any], expression: str, *, minor: int | None = None) -> dict[str, Any]:
+    """dra-gpu's answer to a selector case, shaped like celdiff's, in Kubernetes 1.<minor>'s environment."""
     try:
-        sel = compile_selector(expression)
+        sel = compile_selector(expression, release_rules(minor))
     except CelCompileError as err:
         return {"error": "compile", "message": err.message}
     try:
@@ -108,13 +116,14 @@ def allocate_case(
     }
 
 
-def python_allocate(case: Mapping[str, Any]) -> dict[str, Any]:
-    """dra-gpu's simulated allocation for an ``allocate`` case, shaped like celdiff's answer."""
+def python_allocate(case: Mapping[str, Any], *, minor: int | None = None) -> dict[str, Any]:
+    """dra-gpu's simulated allocation for an ``allocate`` case, shaped like celdiff's answer, by Kubernetes 1.<minor>'s rules."""
+    rules = release_rules(minor)
     classes = {str(c["metadata"]["name"]): c for c in case["classes"]}
     labels = case.get("nodeLabels") or {}
-    pools = gather_pools(case["slices"], case["node"], labels)
+    pools = gather_pools(case["slices"], case["node"], labels, rules)
     state = AllocatedState.from_claims(case["allocated"])
-    outcome = NodeAllocator(case["claims"], classes, pools, state, case["node"], labels=labels).run()
+    outcome = NodeAllocator(case["claims"], classes, pools, state, case["node"], labels=labels, rules=rules).run()
     if outcome.error is not None:
         return {"outcome": "error", "class": "abort", "message": outcome.error}
     if outcome.results is None:

@@ -198,6 +198,9 @@ class FakeExplainApi:
     def resource_claims(self) -> Docs:
         return self.docs["allocated"]
 
+    def server_minor(self) -> int | None:
+        return None  # a server that does not say: the newest rules
+
     def node_labels(self) -> dict[str, dict[str, str]]:
         return {"node-a": {"kubernetes.io/hostname": "node-a"}}
 

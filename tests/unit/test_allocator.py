@@ -91,7 +91,11 @@ def test_demo_missing_attribute_aborts_with_the_schedulers_message(cluster: list
     [r] = ex.requests
     assert r.node is None
     assert r.reason is not None
-    assert "claim dra-demo/missing-attribute-gpu: selector #0: CEL runtime error: no such key: coolingType" in r.reason
+    # Kubernetes 1.37's wording (the default rules): the device named, and cel.EnhanceRuntimeError's hint.
+    assert (
+        "claim dra-demo/missing-attribute-gpu: selector #0 on device gpu.dra-gpu.dev/node-a/gpu-0: CEL runtime error: "
+        "no such key: coolingType. consider using CEL optional chaining" in r.reason
+    )
     assert all(o.error for o in ex.nodes)
     assert {c.verdict for c in r.candidates} == {"error"}
 

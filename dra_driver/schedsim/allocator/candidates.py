@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dra_driver.schedsim.allocator.checks import untolerated_taint
+from dra_driver.schedsim.allocator.checks import CapacityError, untolerated_taint
 from dra_driver.schedsim.allocator.model import Candidate, Request
 from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec
 from dra_driver.schedsim.allocator.simulate import NodeAllocator, compile_cached
@@ -55,7 +55,7 @@ def _explain_device(a: NodeAllocator, ci: int, req: Request, pool: Pool, s: Mapp
     for where, sels in groups:
         for i, expr in enumerate(sels):
             try:
-                ok = compile_cached(expr).matches_view(a.view(did, d))
+                ok = compile_cached(expr, a.rules).matches_view(a.view(did, d))
             except CelError as err:
                 kind = "CEL compile error" if err.kind == "compile" else "CEL runtime error"
                 return Candidate(a.node, name, "error", f"{where} selector #{i}: {kind}: {err.message}")
@@ -65,7 +65,10 @@ def _explain_device(a: NodeAllocator, ci: int, req: Request, pool: Pool, s: Mapp
         a.node, a.labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector")
     ):
         return Candidate(a.node, name, "unavailable", "device is not available on this node")
-    ok, why = a.capacity_ok(req, pool, d)
+    try:
+        ok, why = a.capacity_ok(req, pool, d)
+    except CapacityError as err:
+        return Candidate(a.node, name, "error", f"request {req.name}: {err}")
     if not ok:
         return Candidate(a.node, name, "unavailable", why)
     if d.get("consumesCounters") and not d.get("allowMultipleAllocations") and not a.counters_fit(pool, d, reserve=False):

@@ -31,6 +31,7 @@ from dra_driver.schedsim.allocator.validate import (
     InvalidObject,
     Reader,
 )
+from dra_driver.schedsim.rules import NEWEST, Rules
 
 
 @dataclass(slots=True)
@@ -103,8 +104,12 @@ def explain(
     classes: Mapping[str, Mapping[str, Any]],
     allocated: Sequence[Mapping[str, Any]],
     node_labels: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    rules: Rules = NEWEST,
 ) -> Explanation:
     """Simulate scheduling ``claims`` (one pod's, in pod order) against the cluster state given.
+
+    ``rules``: the Kubernetes release whose scheduler to follow (the cluster's; default: the newest known).
 
     ``node_labels`` (by node name) serve slices that select nodes by label; without them a node
     has only its ``kubernetes.io/hostname`` label. Raises :class:`InvalidObject` for an object
@@ -114,7 +119,7 @@ def explain(
     pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
     done = [c for c in claims if (c.get("status") or {}).get("allocation")]
     try:
-        outcomes, cands = _simulate(pending, slices, classes, allocated, node_labels)
+        outcomes, cands = _simulate(pending, slices, classes, allocated, node_labels, rules=rules)
     except QuantityError as err:  # the inputs' quantities are bounded, so their sums should never fail
         raise InvalidObject(f"input: quantity arithmetic failed: {err}") from None
     chosen = next((o for o in outcomes if o.results is not None), None)
@@ -127,7 +132,9 @@ def explain(
         for req_name, devs in by_req.items():
             entries.append(RequestExplanation(claim_key(c), req_name, _alloc_node(c), devs, None, []))
     errors = [o for o in outcomes if o.error]
-    blamed = {} if chosen is not None or errors else _blame_constraints(pending, slices, classes, allocated, node_labels)
+    blamed = (
+        {} if chosen is not None or errors else _blame_constraints(pending, slices, classes, allocated, node_labels, rules=rules)
+    )
     for ci, c in enumerate(pending):
         key = claim_key(c)
         for alts in claim_requests(c):
@@ -153,6 +160,8 @@ def _simulate(
     classes: dict[str, dict[str, Any]],
     allocated: list[dict[str, Any]],
     node_labels: dict[str, dict[str, str]] | None,
+    *,
+    rules: Rules,
 ) -> tuple[list[NodeOutcome], dict[tuple[int, str], list[Candidate]]]:
     """Each node's outcome, and every candidate device per (claim index, request name)."""
     state = AllocatedState.from_claims(allocated)
@@ -161,9 +170,9 @@ def _simulate(
     deadline = time.monotonic() + SEARCH_BUDGET_S
     for node in nodes_of(slices, node_labels):
         labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
-        pools = gather_pools(slices, node, labels)
-        outcomes.append(NodeAllocator(pending, classes, pools, state, node, labels=labels, deadline=deadline).run())
-        probe = NodeAllocator(pending, classes, pools, state, node, labels=labels)
+        pools = gather_pools(slices, node, labels, rules)
+        outcomes.append(NodeAllocator(pending, classes, pools, state, node, labels=labels, deadline=deadline, rules=rules).run())
+        probe = NodeAllocator(pending, classes, pools, state, node, labels=labels, rules=rules)
         for ci, c in enumerate(pending):
             for alts in claim_requests(c):
                 for req in alts:
@@ -177,6 +186,8 @@ def _blame_constraints(
     classes: dict[str, dict[str, Any]],
     allocated: list[dict[str, Any]],
     node_labels: dict[str, dict[str, str]] | None,
+    *,
+    rules: Rules,
 ) -> dict[int, str]:
     """Claim index -> a sentence naming its constraints, for each claim whose constraints alone keep the pod off every node.
 
@@ -195,8 +206,9 @@ def _blame_constraints(
         loose = [*pending[:ci], {**c, "spec": {**c["spec"], "devices": {**devices, "constraints": []}}}, *pending[ci + 1 :]]
         for node in nodes:
             labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
-            pools = gather_pools(slices, node, labels)
-            if NodeAllocator(loose, classes, pools, state, node, labels=labels, deadline=deadline).run().results is not None:
+            pools = gather_pools(slices, node, labels, rules)
+            allocator = NodeAllocator(loose, classes, pools, state, node, labels=labels, deadline=deadline, rules=rules)
+            if allocator.run().results is not None:
                 why = f"no free devices satisfy {_describe(constraints)}"
                 out[ci] = f"; it would fit on {f'node {node}' if node else 'a node'} without the claim's constraints: {why}"
                 break

@@ -36,6 +36,7 @@ class Request:
     admin_access: bool
     tolerations: Sequence[Mapping[str, Any]]
     capacity: dict[str, Quantity]
+    has_capacity: bool = False  # the request sets ``capacity`` (even empty)
 
     @property
     def own_name(self) -> str:
@@ -58,6 +59,7 @@ class Request:
             admin_access=bool(spec.get("adminAccess", False)),
             tolerations=list(spec.get("tolerations") or []),
             capacity=caps,
+            has_capacity=spec.get("capacity") is not None,
         )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from dra_driver.core.quantity import Quantity
 from dra_driver.schedsim.allocator.model import qty
+from dra_driver.schedsim.rules import NEWEST, Rules
 
 
 @dataclass(slots=True)
@@ -138,19 +139,28 @@ def unmergeable_terms(picked: Sequence[tuple[Mapping[str, Any], Mapping[str, Any
     return None
 
 
-def gather_pools(slices: Sequence[Mapping[str, Any]], node: str | None, labels: Mapping[str, str]) -> list[Pool]:
-    """``GatherPools`` for one node, in allocation order.
+def gather_pools(
+    slices: Sequence[Mapping[str, Any]], node: str | None, labels: Mapping[str, str], rules: Rules = NEWEST
+) -> list[Pool]:
+    """``GatherPools`` for one node, in allocation order, as ``rules``' release gathers them.
 
     Slices are gathered in the scheduler's order, the node's own (``nodeName``) first, then those
-    for all or several nodes and those with counter sets, each in input order: a pool whose
-    slices disagree on ``resourceSliceCount`` is measured by the first one gathered.
+    for all or several nodes (and, before 1.37, those with counter sets, which every node gathers),
+    each in input order: a pool whose slices disagree on ``resourceSliceCount`` is measured by the
+    first one gathered. From 1.37 a counter-set slice is gathered by its node selection like any
+    other; a pool that lacks it on this node is completed from all its slices.
     """
     by_pool: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    own = [s for s in slices if slice_spec(s).get("nodeName") and not slice_spec(s).get("sharedCounters")]
-    shared = [s for s in slices if not slice_spec(s).get("nodeName") or slice_spec(s).get("sharedCounters")]
+    always = rules.counter_slices_always_gathered
+
+    def own_node(s: Mapping[str, Any]) -> bool:
+        return bool(slice_spec(s).get("nodeName")) and not (always and slice_spec(s).get("sharedCounters"))
+
+    own = [s for s in slices if own_node(s)]
+    shared = [s for s in slices if not own_node(s)]
     for s in [*own, *shared]:
         sp = slice_spec(s)
-        if sp.get("sharedCounters"):
+        if always and sp.get("sharedCounters"):
             relevant = True
         elif sp.get("nodeName") or sp.get("allNodes") or sp.get("nodeSelector") is not None:
             relevant = node_matches(node, labels, sp.get("nodeName"), bool(sp.get("allNodes")), sp.get("nodeSelector"))
@@ -190,18 +200,35 @@ def gather_pools(slices: Sequence[Mapping[str, Any]], node: str | None, labels: 
                     Pool(driver, name, incomplete=f"pool {driver}/{name} is incomplete: {len(all_slices)} of {want} slices")
                 )
                 continue
-        pools.append(_build_pool(driver, name, mine, all_slices))
+        pools.append(_build_pool(driver, name, mine, all_slices, rules))
     # By (driver, pool), complete pools with binding-condition devices after all others (the
     # incubating allocator tries devices that need no binding step first).
     pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
     return pools
 
 
-def _build_pool(driver: str, name: str, mine: Sequence[Mapping[str, Any]], all_slices: Sequence[Mapping[str, Any]]) -> Pool:
+def _other_slices(
+    mine: Sequence[Mapping[str, Any]], all_slices: Sequence[Mapping[str, Any]], rules: Rules
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """The pool's slices that do not target the node: (device slices, counter-set slices; 1.37+, before: none)."""
+    mine_names = {str((s.get("metadata") or {}).get("name", "")) for s in mine}
+    others = [s for s in all_slices if str((s.get("metadata") or {}).get("name", "")) not in mine_names]
+    if rules.counter_slices_always_gathered:
+        return others, []
+    return [s for s in others if not slice_spec(s).get("sharedCounters")], [
+        s for s in others if slice_spec(s).get("sharedCounters")
+    ]
+
+
+def _build_pool(
+    driver: str, name: str, mine: Sequence[Mapping[str, Any]], all_slices: Sequence[Mapping[str, Any]], rules: Rules
+) -> Pool:
     mine = sorted(mine, key=lambda s: str((s.get("metadata") or {}).get("name", "")))
     pool = Pool(driver, name)
     counter_slices = [s for s in mine if slice_spec(s).get("sharedCounters")]
     pool.slices = [s for s in mine if not slice_spec(s).get("sharedCounters")]
+    others, more_counters = _other_slices(mine, all_slices, rules)
+    counter_slices += more_counters
     seen: set[str] = set()
     for s in pool.slices:
         for d in slice_spec(s).get("devices") or []:
@@ -215,9 +242,8 @@ def _build_pool(driver: str, name: str, mine: Sequence[Mapping[str, Any]], all_s
                 pool.invalid = f"duplicate counter set name {cs.get('name')}"
                 return pool
             pool.counter_sets[str(cs.get("name"))] = {k: qty(v.get("value")) for k, v in (cs.get("counters") or {}).items()}
-    mine_names = {str((s.get("metadata") or {}).get("name", "")) for s in mine}
-    pool.other_slices = [s for s in all_slices if str((s.get("metadata") or {}).get("name", "")) not in mine_names]
-    for s in [*mine, *pool.other_slices]:
+    pool.other_slices = others
+    for s in [*(mine if rules.counter_slices_always_gathered else pool.slices), *pool.other_slices]:
         for d in slice_spec(s).get("devices") or []:
             for cc in d.get("consumesCounters") or []:
                 cset = pool.counter_sets.get(str(cc.get("counterSet")))

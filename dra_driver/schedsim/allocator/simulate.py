@@ -1,4 +1,4 @@
-"""A pure simulation of the scheduler's structured allocator (the incubating variant of 1.36).
+"""A pure simulation of the scheduler's structured allocator (the incubating variant), release by release.
 
 Called by ``dra-gpu explain``. For one pod's claims on one node it gathers pools (highest
 generation, completeness, validity), walks pools by (driver, pool), slices by name and devices in
@@ -10,7 +10,8 @@ and so do a found allocation whose node selectors cannot be merged (``createNode
 search that tries more than ``MAX_SEARCH_STEPS`` devices on one node (the filter timeout). Pools
 are gathered by ``pools.py``, taints and capacity checked by ``checks.py``, constraints kept by
 ``constraints.py``; ``candidates.py`` gives every device's first reason. Inputs are trusted to
-have the shapes ``validate.py`` checks.
+have the shapes ``validate.py`` checks. Where releases differ, the :class:`~dra_driver.schedsim.rules.Rules`
+given say which answer to give (default: the newest release's).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dra_driver.core.quantity import Quantity
-from dra_driver.schedsim.allocator.checks import capacity_fits, consumed_capacity, untolerated_taint
+from dra_driver.schedsim.allocator.checks import CapacityError, capacity_fits, consumed_capacity, untolerated_taint
 from dra_driver.schedsim.allocator.constraints import Constraint
 from dra_driver.schedsim.allocator.model import (
     AllocatedState,
@@ -34,6 +35,7 @@ from dra_driver.schedsim.allocator.model import (
 )
 from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec, unmergeable_terms
 from dra_driver.schedsim.cel import CelCompileError, CelError, CompiledSelector, DeviceView, compile_selector
+from dra_driver.schedsim.rules import NEWEST, Rules
 
 MAX_RESULTS = 32  # resourceapi.AllocationResultsMaxSize
 # Devices the search may try on one node before it gives up, as the scheduler gives up after its
@@ -48,7 +50,7 @@ _CLOCK_EVERY = 256  # steps between looks at the clock
 _COMPILE_FAILURES: dict[str, CelCompileError] = {}
 
 
-def compile_cached(expression: str) -> CompiledSelector:
+def compile_cached(expression: str, rules: Rules = NEWEST) -> CompiledSelector:
     """``compile_selector``; a CEL front-end crash on an expression is reported as a compile error.
 
     The front end raises ``ValueError`` for an int literal of more than 4300 digits (and could
@@ -59,12 +61,18 @@ def compile_cached(expression: str) -> CompiledSelector:
     if failed is not None:
         raise CelCompileError(failed.message)
     try:
-        return compile_selector(expression)
+        return compile_selector(expression, rules)
     except (ValueError, RecursionError) as err:
         if len(_COMPILE_FAILURES) > 1024:
             _COMPILE_FAILURES.clear()
         failed = _COMPILE_FAILURES[expression] = CelCompileError(f"compilation failed: {type(err).__name__}: {str(err)[:200]}")
         raise CelCompileError(failed.message) from None
+
+
+# cel.EnhanceRuntimeError's hint (Kubernetes 1.37+) after a "no such key" error.
+_OPTIONAL_HINT = (
+    ". consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields"
+)
 
 
 class AllocationAborted(Exception):
@@ -93,16 +101,19 @@ class NodeAllocator:
         *,
         labels: Mapping[str, str] | None = None,
         deadline: float | None = None,
+        rules: Rules = NEWEST,
     ) -> None:
         self.claims, self.classes, self.pools, self.state, self.node = claims, classes, pools, state, node
+        self.rules = rules  # the release whose scheduler this one follows
         self.labels: Mapping[str, str] = labels or {}  # the node's labels, for per-device node selectors
         self.deadline = deadline  # time.monotonic() past which the search gives up (None: no clock bound)
         self.requests = [claim_requests(c) for c in claims]
         self.match_cache: dict[tuple[int, str, DeviceID], bool] = {}
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, dict[str, Quantity]] = {}  # aggregated, as cel-go keeps it
-        self.consumed_counters: dict[str, dict[str, dict[str, Quantity]]] = {}
-        self.available_counters: dict[str, dict[str, dict[str, Quantity]]] = {}
+        # Per pool ID (driver, pool); before 1.37 per pool name (the driver left empty).
+        self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
+        self.available_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self.results: list[list[Result]] = [[] for _ in claims]
         self.constraints: list[list[Constraint]] = []
         self.all_devices: dict[tuple[int, int, int], list[tuple[Pool, Mapping[str, Any], Mapping[str, Any]]]] = {}
@@ -137,6 +148,11 @@ class NodeAllocator:
             key = claim_key(claim)
             total = 0
             for ri, alts in enumerate(self.requests[ci]):
+                if self.rules.refuses_capacity_requests and any(req.has_capacity for req in alts):
+                    raise AllocationAborted(
+                        f"claim {key}, request {alts[0].base}: has capacity requests, "
+                        "but the DRAConsumableCapacity feature is disabled"
+                    )
                 counts = []
                 for si, req in enumerate(alts):
                     for i, sel in enumerate(req.selectors):
@@ -160,8 +176,14 @@ class NodeAllocator:
                         counts.append(req.count)
                     else:
                         raise AllocationAborted(f"claim {key}, request {req.own_name}: unsupported count mode {req.mode}")
-                total += min(counts) if counts else 0
-            if total > MAX_RESULTS:
+                least = min(counts) if counts else 0
+                if self.rules.claim_limit_per_request and least > MAX_RESULTS - total:
+                    raise AllocationAborted(
+                        f"claim {key}, request {alts[0].base}: adding {least} devices exceeds the claim limit of "
+                        f"{MAX_RESULTS}, with {total} already accounted for"
+                    )
+                total += least
+            if not self.rules.claim_limit_per_request and total > MAX_RESULTS:
                 raise AllocationAborted(
                     f"claim {key}: number of requested devices {total} exceeds the claim limit of {MAX_RESULTS}"
                 )
@@ -170,7 +192,14 @@ class NodeAllocator:
                 if c.get("matchAttribute"):
                     cons.append(Constraint(set(c.get("requests") or []), str(c["matchAttribute"]), distinct=False))
                 elif c.get("distinctAttribute"):
-                    cons.append(Constraint(set(c.get("requests") or []), str(c["distinctAttribute"]), distinct=True))
+                    cons.append(
+                        Constraint(
+                            set(c.get("requests") or []),
+                            str(c["distinctAttribute"]),
+                            distinct=True,
+                            every_value=self.rules.distinct_keeps_every_value,
+                        )
+                    )
                 else:
                     raise AllocationAborted(f"claim {key}, constraint #{i}: empty constraint (unsupported constraint type?)")
             self.constraints.append(cons)
@@ -191,10 +220,21 @@ class NodeAllocator:
                 )
             for s in pool.slices:
                 for d in slice_spec(s).get("devices") or []:
-                    if self.selectable(ci, req, pool, s, d) and self.capacity_ok(req, pool, d)[0]:
+                    if self.selectable(ci, req, pool, s, d) and self._all_capacity_ok(key, req, pool, d):
                         found.append((pool, s, d))
         self.all_devices[(ci, ri, si)] = found
         return len(found)
+
+    def _all_capacity_ok(self, key: str, req: Request, pool: Pool, d: Mapping[str, Any]) -> bool:
+        """Whether a device may be one of "all devices": from 1.37 its static capacity only (what is in use fails later)."""
+        if not self.rules.fractional_capacity:
+            return self.capacity_ok(req, pool, d)[0]
+        try:
+            return capacity_fits(req, d, None, None, fractional=True)[0]
+        except CapacityError as err:
+            raise AllocationAborted(
+                f"claim {key}, request {req.own_name}: checking capacity for device {d.get('name', '')}: {err}"
+            ) from None
 
     # -- per device -----------------------------------------------------------------------------
     def dev_id(self, pool: Pool, d: Mapping[str, Any]) -> DeviceID:
@@ -219,27 +259,63 @@ class NodeAllocator:
         where = f"class {class_name}" if class_name is not None else f"claim {claim_key(self.claims[ci])}"
         for i, expr in enumerate(sels):
             try:
-                sel = compile_cached(expr)
+                sel = compile_cached(expr, self.rules)
             except CelError as err:
                 raise AllocationAborted(f"{where}: selector #{i}: CEL compile error: {err.message}") from None
             try:
                 if not sel.matches_view(self.view(did, d)):
                     return False
             except CelError as err:
-                raise AllocationAborted(f"{where}: selector #{i}: CEL runtime error: {err.message}") from None
+                raise AllocationAborted(self._runtime_error(where, i, did, err.message)) from None
         return True
+
+    def _runtime_error(self, where: str, i: int, did: DeviceID, message: str) -> str:
+        """A selector's runtime error as the release words it (1.37+: the device named, ``EnhanceRuntimeError``'s hint)."""
+        if not self.rules.selector_error_names_device:
+            return f"{where}: selector #{i}: CEL runtime error: {message}"
+        if "no such key:" in message:
+            message += _OPTIONAL_HINT
+        return f"{where}: selector #{i} on device {did[0]}/{did[1]}/{did[2]}: CEL runtime error: {message}"
 
     def view(self, did: DeviceID, d: Mapping[str, Any]) -> DeviceView:
         """The device as selectors see it (built once per attempt; answers are shared by projection)."""
         v = self._views.get(did)
         if v is None:
+            if not self.rules.selectors_see_multiple_allocations and "allowMultipleAllocations" in d:
+                d = {k: x for k, x in d.items() if k != "allowMultipleAllocations"}
             v = self._views[did] = DeviceView.of(d, did[0])
         return v
 
     def capacity_ok(self, req: Request, pool: Pool, d: Mapping[str, Any]) -> tuple[bool, str]:
-        """:func:`capacity_fits` against what the cluster and this attempt already consume of the device."""
+        """:func:`capacity_fits` against what the cluster and this attempt already consume of the device.
+
+        Raises :class:`~dra_driver.schedsim.allocator.checks.CapacityError` (1.37+) for a request it cannot compute.
+        """
+        if not self.rules.consumable_capacity:
+            return True, ""
         did = self.dev_id(pool, d)
-        return capacity_fits(req, d, self.state.shared.get(did), self.allocating_capacity.get(did))
+        fractional = self.rules.fractional_capacity
+        return capacity_fits(req, d, self.state.shared.get(did), self.allocating_capacity.get(did), fractional=fractional)
+
+    def _capacity_or_abort(self, ci: int, req: Request, pool: Pool, d: Mapping[str, Any], what: str) -> bool:
+        """:meth:`capacity_ok`; a request it cannot compute aborts the attempt (``what``: checking / rechecking)."""
+        try:
+            return self.capacity_ok(req, pool, d)[0]
+        except CapacityError as err:
+            did = self.dev_id(pool, d)
+            raise AllocationAborted(
+                f"claim {claim_key(self.claims[ci])}, request {req.own_name}: {what} capacity for device "
+                f"{did[0]}/{did[1]}/{did[2]}: {err}"
+            ) from None
+
+    def _capacity_in_use(self, did: DeviceID) -> bool:
+        """``deviceCapacityInUse``: shared with consumed capacity (1.37+: or shared at all) in the cluster, or in this attempt."""
+        if did in self.state.shared or did in self.allocating_capacity:
+            return True
+        return self.rules.fractional_capacity and did in self.state.shared_ids
+
+    def _counter_key(self, pool: Pool) -> tuple[str, str]:
+        return (pool.driver, pool.name) if self.rules.counters_per_pool_id else ("", pool.name)
 
     def in_use(self, did: DeviceID) -> bool:
         """Allocated in the cluster (dedicated) or picked earlier in this attempt."""
@@ -247,7 +323,8 @@ class NodeAllocator:
 
     def counters_fit(self, pool: Pool, d: Mapping[str, Any], reserve: bool) -> bool:
         """``checkAvailableCounters``; reserves the device's counters if it fits and ``reserve``."""
-        avail = self.available_counters.get(pool.name)
+        pkey = self._counter_key(pool)
+        avail = self.available_counters.get(pkey)
         if avail is None:
             avail = {cs: dict(cnt) for cs, cnt in pool.counter_sets.items()}
             for s in [*pool.slices, *pool.other_slices]:
@@ -259,8 +336,8 @@ class NodeAllocator:
                         for n, c in (cc.get("counters") or {}).items():
                             if n in cset:
                                 cset[n] = cset[n].sub(qty(c.get("value")))
-            self.available_counters[pool.name] = avail
-        consumed = self.consumed_counters.setdefault(pool.name, {})
+            self.available_counters[pkey] = avail
+        consumed = self.consumed_counters.setdefault(pkey, {})
         self._counters_add(consumed, d, +1)
         ok = all(v.cmp(consumed.get(cs, {}).get(n, qty("0"))) >= 0 for cs, cnt in avail.items() for n, v in cnt.items())
         if not ok or not reserve:
@@ -323,7 +400,7 @@ class NodeAllocator:
                         continue
                     if not self.selectable(ci, req, pool, s, d):
                         continue
-                    if not self.capacity_ok(req, pool, d)[0]:
+                    if not self._capacity_or_abort(ci, req, pool, d, "checking"):
                         continue
                     undo = self._allocate(ci, req, pool, s, d, must=False)
                     if undo is None:
@@ -380,12 +457,12 @@ class NodeAllocator:
 
     def _allocate(self, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any], *, must: bool) -> Any:  # noqa: PLR0911, PLR0912 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
         did = self.dev_id(pool, d)
-        shared = bool(d.get("allowMultipleAllocations"))
+        shared = self.rules.consumable_capacity and bool(d.get("allowMultipleAllocations"))
         if not shared and req.admin_access and ci in self.allocating.get(did, set()):
             return None
         if not req.admin_access and self.in_use(did):
             return None
-        skip_counters = shared and (did in self.state.shared or did in self.allocating_capacity)
+        skip_counters = shared and self._capacity_in_use(did)
         reserved = False
         if not skip_counters and d.get("consumesCounters"):
             if not self.counters_fit(pool, d, reserve=True):
@@ -393,7 +470,8 @@ class NodeAllocator:
             reserved = True
         undo_steps: list[Any] = []
         if reserved:
-            undo_steps.append(lambda: self._counters_add(self.consumed_counters[pool.name], d, -1))
+            pkey = self._counter_key(pool)
+            undo_steps.append(lambda: self._counters_add(self.consumed_counters[pkey], d, -1))
 
         def rollback() -> None:
             for step in reversed(undo_steps):
@@ -415,13 +493,17 @@ class NodeAllocator:
         if not shared:
             self.allocating.setdefault(did, set()).add(ci)
             undo_steps.append(lambda: self.allocating[did].discard(ci))
-        ok, _ = self.capacity_ok(req, pool, d)
+        ok = self._capacity_or_abort(ci, req, pool, d, "rechecking")  # an abort ends the attempt: nothing to roll back
         if not ok:
             rollback()
             return None
         consumed: dict[str, Quantity] = {}
         if shared:
-            consumed = {n: consumed_capacity(req.capacity.get(n), cap) for n, cap in (d.get("capacity") or {}).items()}
+            fractional = self.rules.fractional_capacity
+            consumed = {
+                n: consumed_capacity(req.capacity.get(n), cap, fractional=fractional)
+                for n, cap in (d.get("capacity") or {}).items()
+            }
             existed = did in self.allocating_capacity
             agg = self.allocating_capacity.setdefault(did, {})
             for k, v in consumed.items():

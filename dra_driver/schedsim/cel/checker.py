@@ -10,7 +10,7 @@ and constant ``matches`` patterns.
 from __future__ import annotations
 
 from dra_driver.schedsim.cel import regex
-from dra_driver.schedsim.cel.decls import DEVICE_FIELDS, FUNCTIONS, VARIABLES, Overload
+from dra_driver.schedsim.cel.decls import DEVICE_FIELDS, VARIABLES, Overload, functions
 from dra_driver.schedsim.cel.nodes import (
     Call,
     Comprehension,
@@ -23,6 +23,7 @@ from dra_driver.schedsim.cel.nodes import (
     Select,
 )
 from dra_driver.schedsim.cel.types import (
+    ANY,
     BOOL,
     BYTES,
     DEVICE,
@@ -56,6 +57,7 @@ from dra_driver.schedsim.cel.types import (
     unwrap_optional,
 )
 from dra_driver.schedsim.cel.values import Uint
+from dra_driver.schedsim.rules import NEWEST, Rules
 
 
 class Checked:
@@ -96,7 +98,9 @@ def qualified_name(e: Expr) -> str | None:
 class Checker:
     """One check of one expression."""
 
-    def __init__(self) -> None:
+    def __init__(self, rules: Rules = NEWEST) -> None:
+        self.functions = functions(rules.includes, rules.cel_go)
+        self.attributes = map_of(STRING, map_of(STRING, DYN if rules.dyn_attributes else ANY))
         self.out = Checked()
         self.mapping = Mapping()
         self.scopes: list[dict[str, Type]] = []
@@ -194,7 +198,7 @@ class Checker:
             result = target.params[1]
         elif target.kind == STRUCT_KIND:
             if target == DEVICE and name in DEVICE_FIELDS:
-                result = DEVICE_FIELDS[name]
+                result = self.attributes if name == "attributes" else DEVICE_FIELDS[name]
             else:
                 self.error(e, f"undefined field '{name}'")
         elif target.kind == TYPE_PARAM_KIND:
@@ -221,7 +225,7 @@ class Checker:
         for a in e.args:
             self.check(a)
         if e.target is None:
-            fn = FUNCTIONS.get(e.function)
+            fn = self.functions.get(e.function)
             if fn is None:
                 self.error(e, f"undeclared reference to '{e.function}' (in container '')")
                 self.set_type(e, ERROR)
@@ -230,14 +234,14 @@ class Checker:
             return
         prefix = qualified_name(e.target)
         if prefix is not None:
-            qualified = FUNCTIONS.get(f"{prefix}.{e.function}")
+            qualified = self.functions.get(f"{prefix}.{e.function}")
             if qualified is not None:
                 e.function = f"{prefix}.{e.function}"
                 e.target = None
                 self.resolve(e, e.function, qualified, None)
                 return
         self.check(e.target)
-        fn = FUNCTIONS.get(e.function)
+        fn = self.functions.get(e.function)
         if fn is None:
             self.set_type(e, ERROR)
             self.error(e, f"undeclared reference to '{e.function}' (in container '')")
@@ -391,9 +395,9 @@ def validate(root: Expr, checked: Checked) -> None:  # noqa: PLR0912 - one branc
                     )
 
 
-def check(root: Expr) -> Checked:
-    """Type-check ``root``; then, when clean, run the validators."""
-    c = Checker()
+def check(root: Expr, rules: Rules = NEWEST) -> Checked:
+    """Type-check ``root`` in the environment of ``rules``' release; then, when clean, run the validators."""
+    c = Checker(rules)
     c.check(root)
     c.finish()
     if not c.out.issues:

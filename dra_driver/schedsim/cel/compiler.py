@@ -27,6 +27,7 @@ from dra_driver.schedsim.cel.planner import PlanError, plan
 from dra_driver.schedsim.cel.projection import Reads, reads
 from dra_driver.schedsim.cel.runtime import BUDGET, Plan, RuntimeBudget
 from dra_driver.schedsim.cel.syntax import parse
+from dra_driver.schedsim.rules import NEWEST, Rules
 
 COST_LIMIT = 1_000_000
 UNKNOWN_SIZE = 64  # an attribute value's declared maximum size (string length or list length)
@@ -65,8 +66,12 @@ def _estimate(e: Expr) -> float:
     return 0
 
 
-def compile_expression(text: str) -> tuple[str, Plan, float, Reads]:
-    """(result type as cel-go prints it, plan, estimated cost, what it reads). Raises :class:`CompileError`."""
+def compile_expression(text: str, rules: Rules = NEWEST) -> tuple[str, Plan, float, Reads]:
+    """(result type as cel-go prints it, plan, estimated cost, what it reads) in ``rules``' release. Raises :class:`CompileError`.
+
+    A selector evaluates to bool or to the type of an attribute value (the unknown type: ``any``
+    before 1.37, ``dyn`` from 1.37).
+    """
     source = Source(text)
     try:
         root = parse(text)
@@ -74,11 +79,11 @@ def compile_expression(text: str) -> tuple[str, Plan, float, Reads]:
         raise CompileError(source.render(err.issues)) from None
     except RecursionError:
         raise CompileError(source.render([Issue(0, "max recursion depth exceeded")])) from None
-    checked = check(root)
+    checked = check(root, rules)
     if checked.issues:
         raise CompileError(source.render(checked.issues))
     result = checked.types[root.id]
-    if result not in (types.BOOL, types.ANY):
+    if result not in (types.BOOL, types.DYN if rules.dyn_attributes else types.ANY):
         raise CompileError(f"must evaluate to bool or the unknown type, not {result.display()}", stage="result")
     try:
         program = plan(root, checked)

@@ -1,7 +1,8 @@
 """Declarations of the scheduler's DRA CEL environment: variables, functions and their overloads.
 
 Called by the checker (``checker.py``), the planner and the library. The table below lists every
-function the Kubernetes 1.36 DRA environment declares (StoredExpressions, the scheduler's view):
+function the Kubernetes 1.36 DRA environment declares (StoredExpressions, the scheduler's view;
+:func:`functions` gives another release's ``includes``):
 cel-go's standard library and optional types, the strings, sets, lists and two-variable
 comprehension extensions, the Kubernetes quantity, semver, regex, lists, URL, IP, CIDR, format and
 authorization libraries, and DRA's ``includes``, each overload with its id, call style,
@@ -468,7 +469,34 @@ def _load() -> dict[str, tuple[Overload, ...]]:
 
 
 FUNCTIONS: dict[str, tuple[Overload, ...]] = _load()
-OVERLOADS: dict[str, Overload] = {o.id: o for os in FUNCTIONS.values() for o in os}
+# ``includes`` as Kubernetes 1.37 declares it (the lists library's overload, without DRA's limit of 48
+# values); 1.34 and 1.35 do not declare it at all. See ``dra_driver.schedsim.rules``.
+LISTS_INCLUDES = Overload("list_includes_dyn_dyn", True, (DYN, DYN), BOOL)
+# ``lists.range`` as cel-go v0.29 (Kubernetes 1.37) runs it: the same declaration, a bounded size.
+LISTS_RANGE_BOUNDED = Overload("lists_range@cel-go-0.29", False, (INT,), list_of(INT))
+OVERLOADS: dict[str, Overload] = {o.id: o for os in FUNCTIONS.values() for o in os} | {
+    o.id: o for o in (LISTS_INCLUDES, LISTS_RANGE_BOUNDED)
+}
+
+
+@functools.cache
+def functions(includes: str = "dra", cel_go: int = 26) -> dict[str, tuple[Overload, ...]]:
+    """The declared functions of a release (see ``dra_driver.schedsim.rules``; the defaults: 1.36's, the table).
+
+    ``includes``: "dra" (1.36, the table's), "lists" (1.37+) or "" (none); ``cel_go``: the cel-go minor
+    release, whose runtime differs in a few functions (they get their own overload ids).
+    """
+    if includes == "dra" and cel_go < 29:
+        return FUNCTIONS
+    out = {k: v for k, v in FUNCTIONS.items() if k != "includes"}
+    if includes == "dra":
+        out["includes"] = FUNCTIONS["includes"]
+    elif includes == "lists":
+        out["includes"] = (LISTS_INCLUDES,)
+    if cel_go >= 29:
+        out["lists.range"] = (LISTS_RANGE_BOUNDED,)
+    return out
+
 
 # -- variables: the device and the type identifiers -------------------------------------------------
 A, B = param("A"), param("B")

@@ -23,6 +23,7 @@ from dra_driver.schedsim.cel.errors import CelCompileError, CelError, CelRuntime
 from dra_driver.schedsim.cel.projection import DeviceView, Projector
 from dra_driver.schedsim.cel.semver import Semver
 from dra_driver.schedsim.cel.values import CelType, EvalError, Optional, Panic, Uint, type_name
+from dra_driver.schedsim.rules import NEWEST, Rules
 
 __all__ = [
     "MAX_COST",
@@ -130,38 +131,40 @@ def _not_bool(v: Any) -> str:  # noqa: PLR0911 - one message per result type, as
     return f"type conversion error from '{type_name(v)}' to 'bool'"
 
 
-_cache: dict[str, CompiledSelector | CelCompileError] = {}
+_cache: dict[tuple[str, bool, str, int], CompiledSelector | CelCompileError] = {}
 _cache_lock = threading.Lock()
 
 
-def compile_selector(expression: str) -> CompiledSelector:
-    """Compile once per distinct expression (cached, errors too). Raises :class:`CelCompileError`.
+def compile_selector(expression: str, rules: Rules = NEWEST) -> CompiledSelector:
+    """Compile once per distinct expression and release environment (cached, errors too). Raises :class:`CelCompileError`.
 
+    ``rules``: the Kubernetes release whose environment compiles it (default: the newest known).
     Like the scheduler's cache, this skips the length and estimated-cost limits, which only the
     API server's validation applies; use :func:`validate_selector` for those.
     """
+    key = (expression, rules.dyn_attributes, rules.includes, rules.cel_go)
     with _cache_lock:
-        hit = _cache.get(expression)
+        hit = _cache.get(key)
     if hit is None:
         try:
-            rtype, plan, cost, what = compile_expression(expression)
+            rtype, plan, cost, what = compile_expression(expression, rules)
             hit = CompiledSelector(expression, rtype, cost, plan, Projector(what))
         except CompileError as err:
             prefix = {"check": "compilation failed: ", "result": "", "plan": "program instantiation failed: "}[err.stage]
             hit = CelCompileError(prefix + str(err))
         with _cache_lock:
-            _cache[expression] = hit
+            _cache[key] = hit
     if isinstance(hit, CelCompileError):
         raise hit
     return hit
 
 
-def validate_selector(expression: str) -> list[str]:
+def validate_selector(expression: str, rules: Rules = NEWEST) -> list[str]:
     """The API server's checks of a selector: length, compilation, estimated cost (empty list if valid)."""
     if len(expression.encode("utf-8")) > MAX_EXPRESSION_LENGTH:
         return [f"Too long: may not be more than {MAX_EXPRESSION_LENGTH} bytes"]
     try:
-        sel = compile_selector(expression)
+        sel = compile_selector(expression, rules)
     except CelCompileError as err:
         return [err.message]
     if sel.estimated_cost > MAX_COST:

@@ -221,6 +221,7 @@ IMPLS: dict[str, Impl] = {
     "string_bool_to_semver": _semver,
     # DRA
     "dra_includes_dyn_dyn": lists.includes,
+    "list_includes_dyn_dyn": lists.includes_unbounded,
     # sets and lists
     "list_sets_contains_list": lists.sets_contains,
     "list_sets_equivalent_list": lambda a, b: lists.sets_contains(a, b) and lists.sets_contains(b, a),
@@ -231,6 +232,7 @@ IMPLS: dict[str, Impl] = {
     "list_flatten": lists.flatten,
     "list_flatten_int": lists.flatten,
     "lists_range": lists.int_range,
+    "lists_range@cel-go-0.29": lists.int_range_bounded,
     "list_reverse": lambda xs: xs[::-1],
     "list_slice": lists.sublist,
     "list_a_index_of_int": lists.index_of,

@@ -85,6 +85,18 @@ def int_range(n: int) -> list[int]:
     return list(range(n))
 
 
+MAX_RANGE_SIZE = 1_000_000  # cel-go v0.29's default ListsMaxRangeSize
+
+
+def int_range_bounded(n: int) -> list[int]:
+    """``lists.range(n)`` of cel-go v0.29: ``[0, n)``, an error for a negative n or one above 1,000,000."""
+    if n < 0:
+        raise EvalError(f"lists.range: size must be non-negative, got {n}")
+    if n > MAX_RANGE_SIZE:
+        raise EvalError(f"lists.range: size {n} exceeds maximum allowed ({MAX_RANGE_SIZE})")
+    return list(range(n))
+
+
 def is_sorted(items: list[Any]) -> bool:
     """``list.isSorted()``."""
     for x in items:
@@ -157,8 +169,15 @@ def sets_intersects(a: list[Any], b: list[Any]) -> bool:
     return any(contains(b, x) for x in a)
 
 
+def includes_unbounded(target: Any, arg: Any) -> bool:
+    """The lists library's ``includes(target, arg)`` (Kubernetes 1.37+): list membership, else equality."""
+    if type(target) is list:
+        return any(safe_eq(x, arg) for x in target)
+    return safe_eq(target, arg)
+
+
 def includes(target: Any, arg: Any) -> bool:
-    """DRA's ``includes(target, arg)``: list membership (at most 48 values), else equality."""
+    """DRA's ``includes(target, arg)`` (Kubernetes 1.36): list membership (at most 48 values), else equality."""
     if type(target) is list:
         for i, x in enumerate(target):
             if i >= 48:
