@@ -93,7 +93,15 @@ from e2e.runtime_node import RUNTIME_BUILD, find_runtime
 NS = "dra-demo"
 VALUES = (f"gpus.fake.profile={PROFILE}", "mig.strategy=dynamic", "gpus.fake.migLatency=realistic", "webhook.enabled=true")
 MIG_FILES = ("mig-1g.yaml", "mig-pair.yaml", "mig-20gi.yaml", "mig-or-full.yaml")
-GPU_FILES = ("gpu-h100.yaml", "gpu-40gi.yaml", "gpu-driver-570.yaml", "two-gpus.yaml", "shared-claim.yaml", "mps-claim.yaml")
+GPU_FILES = (
+    "gpu-h100.yaml",
+    "gpu-40gi.yaml",
+    "gpu-driver-570.yaml",
+    "two-gpus.yaml",
+    "shared-claim.yaml",
+    "mps-claim.yaml",
+    "device-plugin-style-pod.yaml",  # nvidia.com/gpu: 1, no claim: the scheduler writes one (extendedResourceName)
+)
 PENDING_FILES = ("unsatisfiable.yaml", "missing-attribute.yaml", "gpu-no-mig.yaml")
 
 SHARE_VALUES = (

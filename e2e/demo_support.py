@@ -147,10 +147,17 @@ def kubectl_delete(ic: InstalledCluster, docs: Iterable[dict[str, Any]]) -> None
 
 
 def claim_of(ic: InstalledCluster, pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The pod's (first) claim, made from its template or named in its spec; None before it exists."""
+    """The pod's (first) claim, made from its template, named in its spec, or written by the scheduler for
+    its extended resources (``nvidia.com/gpu``); None before it exists."""
     ns = pod["metadata"]["namespace"]
     statuses = pod["status"].get("resourceClaimStatuses") or []
-    name = statuses[0].get("resourceClaimName") if statuses else pod["spec"]["resourceClaims"][0].get("resourceClaimName")
+    extended = pod["status"].get("extendedResourceClaimStatus") or {}
+    if statuses:
+        name = statuses[0].get("resourceClaimName")
+    elif pod["spec"].get("resourceClaims"):
+        name = pod["spec"]["resourceClaims"][0].get("resourceClaimName")
+    else:
+        name = extended.get("resourceClaimName")
     if not name:
         return None
     try:
