@@ -304,6 +304,11 @@ def test_plugin_killed_mid_run_converges_without_double_prepare_or_leaks(tmp_pat
 
         for pod in ("first", "second", "third"):
             h.c.api("DELETE", f"{PODS}/{pod}")
-        wait_until("all claims unprepared", lambda: not plugin.cdi_files(), h.diagnostics)
-        checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
-        assert {} == checkpoint["data"]["claims"]
+
+        # Unprepare removes a claim's CDI spec before it saves the checkpoint: wait for both.
+        def checkpoint_claims() -> dict[str, Any]:
+            claims: dict[str, Any] = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())["data"]["claims"]
+            return claims
+
+        wait_until("all claims unprepared", lambda: not plugin.cdi_files() and not checkpoint_claims(), h.diagnostics)
+        assert {} == checkpoint_claims()
