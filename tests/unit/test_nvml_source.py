@@ -181,6 +181,7 @@ def test_numa_node_of_a_missing_device_or_malformed_bus_id_is_unknown(tmp_path: 
 
 def test_a_missing_numa_node_is_logged_once_per_gpu_however_often_gpus_are_read(tmp_path: Path) -> None:
     """Unknown NUMA nodes (here: no sysfs at all) are logged once per GPU, not on every enumeration."""
+    # FakeNvml stands in for the pynvml module (duck-typed), as in the tests above.
     source = NvmlGpuSource(nvml=FakeNvml(), sysfs=tmp_path)  # type: ignore[arg-type]
     with structlog.testing.capture_logs() as logs:
         for _ in range(3):
