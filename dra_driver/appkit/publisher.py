@@ -53,6 +53,11 @@ REFUSED_WHEN_DROPPED: dict[str, tuple[str, str]] = {
 """Dropped fields that make the pool unsafe or silently different: the pool is refused, not published."""
 
 
+def _field(path: str) -> str:
+    """The field a dropped path ends in: "consumesCounters" for "spec.devices[3].consumesCounters"."""
+    return path.rsplit(".", 1)[-1].split("[", 1)[0]
+
+
 def _some(paths: list[str], shown: int = 3) -> str:
     """The first ``shown`` paths, and how many more."""
     more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
@@ -225,8 +230,8 @@ class SlicePublisher:
         if contents is None:
             self._log.debug("slice_devices_unknown")
             return None
-        if any(c.shared_counters for c in contents) and not self._counters_supported():
-            self._withdraw()
+        if self._refused is not None or (any(c.shared_counters for c in contents) and not self._counters_supported()):
+            self._withdraw()  # refused for good: never write again, not even for a moment
             return None
 
         existing, list_rv = self._api.list(self._driver, self._node)
@@ -277,8 +282,6 @@ class SlicePublisher:
         )
 
     def _counters_supported(self) -> bool:
-        if self._refused is not None:
-            return False
         if self._server_minor is None:
             self._server_minor = self._api.server_minor_version()
         if self._server_minor >= MIN_COUNTERS_MINOR:
@@ -368,9 +371,9 @@ class SlicePublisher:
         )
         if dropped:
             self._log.error("slice_fields_dropped", slice=name, fields=dropped, likely_cause=DROPPED_FIELDS_CAUSE)
-            refusing = sorted({f for f in dropped if f.rsplit(".", 1)[-1].split("[")[0] in REFUSED_WHEN_DROPPED})
+            refusing = sorted(f for f in dropped if _field(f) in REFUSED_WHEN_DROPPED)
             if refusing:
-                gate, effect = REFUSED_WHEN_DROPPED[refusing[0].rsplit(".", 1)[-1].split("[")[0]]
+                gate, effect = REFUSED_WHEN_DROPPED[_field(refusing[0])]
                 self._refuse(
                     f"not publishing this node's devices: the API server dropped {_some(refusing)} from slice "
                     f"{name}, so they would be {effect}: the feature gate {gate} is off (beta and on by default "

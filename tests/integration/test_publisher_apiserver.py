@@ -365,3 +365,26 @@ def test_controller_app_publishes_and_exits_zero_on_sigterm(cluster: LocalCluste
     assert '"event": "slice_created"' in err
     (obj,) = node_slices(cluster, node)
     assert {"string": "NVIDIA L4"} == obj["spec"]["devices"][0]["attributes"]["productName"]
+
+
+def test_a_server_dropping_allow_multiple_allocations_gets_no_slice_and_no_rewrite_later(tmp_path: Path) -> None:
+    """DRAConsumableCapacity off: shared GPUs would be handed out whole, so the pool is refused, and the
+    passes after the refusal write nothing at all (no create-then-withdraw on every resync)."""
+    shared = {"allowMultipleAllocations": True}
+    devices = [DeviceSpec(f"gpu-{i}", {"type": Attr("string", "gpu")}, {"memory": "80Gi"}, dict(shared)) for i in range(2)]
+    refusals: list[str] = []
+    off = {"DRAConsumableCapacity": False, "DRAFractionalCapacityRange": False}  # 1.37: the second needs the first
+    with LocalCluster(feature_gates=off, log_dir=tmp_path) as c:
+        c.add_node("no-sharing")
+        api = slice_api(c)
+        publisher = SlicePublisher(api, DRIVER, "no-sharing", on_refusal=refusals.append)
+        publisher.set_devices(devices)
+        assert publisher.reconcile_once() is None
+        writes = api.writes  # the create that showed the drop, and the withdrawal
+        for _ in range(3):
+            assert publisher.reconcile_once() is None
+        left = node_slices(c, "no-sharing")
+    assert [] == left
+    assert writes == api.writes, "nothing is written once the pool is refused"
+    assert 1 == len(refusals)
+    assert "allowMultipleAllocations" in refusals[0] and "DRAConsumableCapacity" in refusals[0], refusals[0]
