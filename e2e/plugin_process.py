@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -24,6 +24,9 @@ from proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from proto.pluginregistration import api_pb2 as reg
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 from tests.claimdata import DRIVER
+
+if TYPE_CHECKING:
+    from e2e.node import KubeletNode
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,6 +63,20 @@ class PluginProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         if not self.boot_id.exists():
             self.boot_id.write_text("boot-1\n")
+
+    @classmethod
+    def on_node(cls, node: KubeletNode, base: Path, *, kubeconfig: Path, extra_args: tuple[str, ...] = ()) -> PluginProcess:
+        """Our daemon for ``node``'s kubelet (its registry and plugins dirs), publishing 8 fake H100s."""
+        return cls(
+            base,
+            kubeconfig=kubeconfig,
+            node=node.name,
+            profile="h100x8",
+            publish=True,
+            registrar_dir=node.registrar_dir,
+            plugins_dir=node.plugins_dir,
+            extra_args=extra_args,
+        )
 
     @property
     def reg_socket(self) -> Path:

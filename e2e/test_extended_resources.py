@@ -202,14 +202,10 @@ def gpu_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GpuNode]:
         LocalCluster(with_scheduler=True, with_controller_manager=True, log_dir=tmp / "k8s-logs") as c,
         KubeletNode(c, NODE, tmp / NODE) as node,
     ):
-        plugin = PluginProcess(
+        plugin = PluginProcess.on_node(
+            node,
             tmp / "plugin",
             kubeconfig=c.kubeconfig,
-            node=NODE,
-            profile="h100x8",
-            publish=True,
-            registrar_dir=node.registrar_dir,
-            plugins_dir=node.plugins_dir,
             # No periodic GC pass: every unprepare seen here comes from the kubelet.
             extra_args=("--mig", "dynamic", "--fake-mig-latency", "zero", "--gc-interval", "0"),
         )

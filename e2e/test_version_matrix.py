@@ -100,14 +100,10 @@ def release(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         LocalCluster(stock=True, version=version, with_scheduler=True, with_controller_manager=True, log_dir=tmp / "logs") as c,
         KubeletNode(c, NODE, tmp / NODE) as node,
     ):
-        plugin = PluginProcess(
+        plugin = PluginProcess.on_node(
+            node,
             tmp / "plugin",
             kubeconfig=c.kubeconfig,
-            node=NODE,
-            profile="h100x8",
-            publish=True,
-            registrar_dir=node.registrar_dir,
-            plugins_dir=node.plugins_dir,
             extra_args=("--mig", "static", "--fake-mig-latency", "zero", "--gc-interval", "0"),
         )
         sim(plugin, "mode", "--gpu", str(STATIC_MIG_GPU), "on", "--initial")
