@@ -33,9 +33,7 @@ import pytest
 
 from dra_driver.cli.main import inventory_slices
 from dra_driver.core.cdi import cdi_device_id, env_prefix
-from dra_driver.core.gpu import GpuInfo
-from dra_driver.core.mig import MigInstance, MigStrategy
-from dra_driver.mig_backends.sim import load_instances, load_modes
+from dra_driver.core.mig import MigStrategy
 from dra_driver.sources.fake import FakeGpuSource
 from e2e.cluster import ApiError, LocalCluster
 from e2e.helm_cli import Helm
@@ -43,6 +41,7 @@ from e2e.manifests import apply, apply_file, load
 from e2e.node import KubeletNode
 from e2e.plugin_process import PluginProcess
 from e2e.test_kubelet_node import events, get_or_none, resolve_cdi, wait_until
+from e2e.test_mig_scheduling import MigNode
 from tests.claimdata import DRIVER
 
 DEMO = Path(__file__).resolve().parents[1] / "demo"
@@ -97,16 +96,8 @@ def one_gpu_claim(name: str, ns: str, count: int) -> dict[str, Any]:
 
 
 @dataclass
-class GpuNode:
-    """The cluster, the kubelet node, its plugin and its fake GPUs."""
-
-    c: LocalCluster
-    node: KubeletNode
-    plugin: PluginProcess
-    gpus: list[GpuInfo]
-
-    def uuid(self, minor: int) -> str:
-        return next(g.uuid for g in self.gpus if g.minor == minor)
+class GpuNode(MigNode):
+    """The MIG tests' node (cluster, kubelet, plugin, fake GPUs), with two namespaces and extended-resource claims."""
 
     def diagnostics(self) -> str:
         out = []
@@ -122,18 +113,7 @@ class GpuNode:
         out.append(f"(control-plane logs in {self.c.log_dir})")
         return "\n".join(out)
 
-    def carved(self) -> dict[str, list[MigInstance]]:
-        """The simulator's instances per GPU uuid (GPUs without any left out)."""
-        if not self.plugin.sim_state.exists():
-            return {}
-        return {uuid: insts for uuid, insts in load_instances(self.plugin.sim_state).items() if insts}
-
-    def mig_mode_on(self) -> set[str]:
-        if not self.plugin.sim_state.exists():
-            return set()
-        return {uuid for uuid, mode in load_modes(self.plugin.sim_state).items() if mode.current}
-
-    def wait_running(self, ns: str, name: str) -> dict[str, Any]:
+    def wait_pod_running(self, ns: str, name: str) -> dict[str, Any]:
         def running() -> dict[str, Any] | None:
             pod = self.c.api("GET", f"{pods(ns)}/{name}")
             return pod if pod.get("status", {}).get("phase") == "Running" else None
@@ -163,7 +143,7 @@ class GpuNode:
         assert records, f"the runtime saw no CreateContainer for pod {pod['metadata']['name']}\n{self.diagnostics()}"
         return {r["container"]: sorted(r["cdi_devices"]) for r in records}
 
-    def container_env(self, claim_uid: str, device: str) -> dict[str, str]:
+    def claim_env(self, claim_uid: str, device: str) -> dict[str, str]:
         """The env our CDI spec gives a container for one prepared device."""
         _, entry = resolve_cdi(self.plugin.cdi, cdi_device_id(DRIVER, claim_uid, device))
         return dict(e.split("=", 1) for e in entry["containerEdits"]["env"])
@@ -278,7 +258,7 @@ def test_device_plugin_pod_unchanged_gets_a_gpu_prepared_by_the_plugin(gpu_node:
     (pod_obj,) = load(DEMO / "device-plugin-style-pod.yaml")
     assert "resourceClaims" not in pod_obj["spec"] and pod_obj["spec"]["containers"][0]["resources"] == {"limits": {GPU: 1}}
     apply(g.c, [pod_obj])
-    pod = g.wait_running(NS, "device-plugin-style")
+    pod = g.wait_pod_running(NS, "device-plugin-style")
     assert pod["spec"]["nodeName"] == NODE
     claim = g.extended_claim(pod)
     assert requests_of(claim) == [("container-0-request-0", DRIVER, 1)]
@@ -290,7 +270,7 @@ def test_device_plugin_pod_unchanged_gets_a_gpu_prepared_by_the_plugin(gpu_node:
     cdi_id = cdi_device_id(DRIVER, uid, "gpu-0")
     assert g.runtime_got(pod) == {"cuda": [cdi_id]}
     spec_file, _ = resolve_cdi(g.plugin.cdi, cdi_id)
-    assert g.container_env(uid, "gpu-0")[env_prefix("gpu-0")] == "gpu-0"
+    assert g.claim_env(uid, "gpu-0")[env_prefix("gpu-0")] == "gpu-0"
     assert any(e.get("claim_uid") == uid for e in events(g.plugin, "device_prepared"))
 
     g.c.api("DELETE", f"{pods(NS)}/device-plugin-style")
@@ -311,7 +291,7 @@ def test_each_container_gets_exactly_the_gpus_it_asked_for(gpu_node: GpuNode) ->
     apply(g.c, [device_plugin_pod("two-gpus", NS, {"train": {GPU: 2}})])
     apply(g.c, [device_plugin_pod("pair", NS, {"a": {GPU: 1}, "b": {GPU: 1}})])
 
-    pod = g.wait_running(NS, "two-gpus")
+    pod = g.wait_pod_running(NS, "two-gpus")
     claim = g.extended_claim(pod)
     assert requests_of(claim) == [("container-0-request-0", DRIVER, 2)]
     (devices,) = results_of(claim).values()
@@ -319,7 +299,7 @@ def test_each_container_gets_exactly_the_gpus_it_asked_for(gpu_node: GpuNode) ->
     uid = claim["metadata"]["uid"]
     assert g.runtime_got(pod) == {"train": sorted(cdi_device_id(DRIVER, uid, d) for d in devices)}
 
-    pod = g.wait_running(NS, "pair")
+    pod = g.wait_pod_running(NS, "pair")
     claim = g.extended_claim(pod)
     assert requests_of(claim) == [("container-0-request-0", DRIVER, 1), ("container-1-request-0", DRIVER, 1)]
     by_request = results_of(claim)
@@ -343,7 +323,7 @@ def test_mig_profile_pod_gets_a_slice_carved_at_prepare_and_destroyed_at_delete(
     the plugin carves the 1g.10gb placement the scheduler chose, and destroys it when the pod is deleted."""
     g = gpu_node
     apply(g.c, [device_plugin_pod("mig-1g", NS, {"cuda": {MIG_1G: 1}})])
-    pod = g.wait_running(NS, "mig-1g")
+    pod = g.wait_pod_running(NS, "mig-1g")
     claim = g.extended_claim(pod)
     assert requests_of(claim) == [("container-0-request-0", MIG_1G_CLASS, 1)]
     # First fit: the lowest GPU, placements of the smallest profile from the highest start down.
@@ -354,7 +334,7 @@ def test_mig_profile_pod_gets_a_slice_carved_at_prepare_and_destroyed_at_delete(
     assert inst.uuid is not None and inst.uuid.startswith("MIG-")
     uid = claim["metadata"]["uid"]
     assert g.runtime_got(pod) == {"cuda": [cdi_device_id(DRIVER, uid, "gpu-0-mig-1g10gb-6")]}
-    env = g.container_env(uid, "gpu-0-mig-1g10gb-6")
+    env = g.claim_env(uid, "gpu-0-mig-1g10gb-6")
     prefix = env_prefix("gpu-0-mig-1g10gb-6")
     assert (env[f"{prefix}_UUID"], env[f"{prefix}_MIG_PROFILE"]) == (inst.uuid, "1g.10gb")
 
@@ -379,7 +359,7 @@ def test_node_advertising_nvidia_gpu_keeps_the_device_plugin_path(gpu_node: GpuN
         apply(g.c, [device_plugin_pod("on-dp-node", NS, {"cuda": {GPU: 1}}, node="dp-node")])
         apply(g.c, [device_plugin_pod("on-dp-gone", NS, {"cuda": {GPU: 1}}, node="dp-gone")])
         apply(g.c, [device_plugin_pod("on-node-x", NS, {"cuda": {GPU: 1}}, node=NODE)])
-        dra = g.wait_running(NS, "on-node-x")
+        dra = g.wait_pod_running(NS, "on-node-x")
         g.extended_claim(dra)
 
         def bound() -> dict[str, Any] | None:
@@ -425,7 +405,7 @@ def test_team_quota_refuses_claims_and_pods_over_the_gpu_budget(gpu_node: GpuNod
     # A device-plugin style pod takes one GPU: its nvidia.com/gpu counts, and the claim the scheduler writes
     # for it counts one device of the class (but not a second nvidia.com/gpu).
     apply(g.c, [device_plugin_pod("train", TEAM, {"cuda": {GPU: 1}})])
-    g.extended_claim(g.wait_running(TEAM, "train"))
+    g.extended_claim(g.wait_pod_running(TEAM, "train"))
     wait_until("the quota to count the pod and its claim", lambda: g.quota_used().get(devices) == "1", g.diagnostics)
     assert (g.quota_used()["requests.nvidia.com/gpu"], g.quota_used()["count/resourceclaims.resource.k8s.io"]) == ("1", "1")
 
@@ -459,7 +439,7 @@ def test_team_quota_refuses_claims_and_pods_over_the_gpu_budget(gpu_node: GpuNod
     g.c.api("DELETE", f"{claims(TEAM)}/one-gpu")
     wait_until("the quota to count one GPU again", lambda: g.quota_used().get("requests.nvidia.com/gpu") == "1", g.diagnostics)
     apply(g.c, [device_plugin_pod("one-more", TEAM, {"cuda": {GPU: 1}})])
-    claim = g.extended_claim(g.wait_running(TEAM, "one-more"))
+    claim = g.extended_claim(g.wait_pod_running(TEAM, "one-more"))
     assert results_of(claim) == {"container-0-request-0": ["gpu-1"]}  # gpu-0 is train's
 
 
@@ -482,7 +462,7 @@ def test_device_quota_below_the_resource_quota_leaves_the_pod_pending_with_the_s
     set_devices("1")
     try:
         apply(g.c, [device_plugin_pod("train", TEAM, {"cuda": {GPU: 1}})])
-        g.extended_claim(g.wait_running(TEAM, "train"))
+        g.extended_claim(g.wait_pod_running(TEAM, "train"))
         apply(g.c, [device_plugin_pod("second", TEAM, {"cuda": {GPU: 1}})])  # 2 <= requests.nvidia.com/gpu: admitted
 
         def refused() -> str | None:
@@ -501,4 +481,4 @@ def test_device_quota_below_the_resource_quota_leaves_the_pod_pending_with_the_s
         assert g.c.api("GET", f"{pods(TEAM)}/second")["status"]["phase"] == "Pending"
     finally:
         set_devices("2")
-    g.extended_claim(g.wait_running(TEAM, "second"))
+    g.extended_claim(g.wait_pod_running(TEAM, "second"))

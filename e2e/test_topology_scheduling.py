@@ -14,8 +14,7 @@ No kubelet: scheduling needs none. Each test starts from a node with nothing all
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from e2e.cluster import ApiError, LocalCluster
 from e2e.explain_cli import explain_json
 from e2e.helm_cli import Helm
 from e2e.manifests import apply, apply_file, load
+from e2e.test_scheduling_selectors import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
@@ -37,16 +37,6 @@ NODE = "node-a"
 NS = "dra-demo"  # the demo manifests' namespace
 # The NICs: NUMA node 1 only, each behind the root complex of one GPU there (gpu-5 pci0000:a0, gpu-6 b0, gpu-7 d0).
 NICS = {"nic-0": "pci0000:a0", "nic-1": "pci0000:b0", "nic-2": "pci0000:d0"}
-
-
-def wait_for(cond: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for: {what}")
 
 
 def nic_slice() -> dict[str, Any]:
