@@ -6,9 +6,9 @@ import os
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from dra_driver.kube.client import load_api_client
+from dra_driver.kube.rest import RestApi
 from e2e.cluster import K8S_VERSION, ApiError, LocalCluster
 
 DRIVER = "gpu.dra-gpu.example.org"
@@ -38,11 +38,9 @@ def gpu_slice(node: str, device: str, **device_fields: Any) -> dict[str, Any]:
 
 def test_version_and_kubeconfig(cluster: LocalCluster) -> None:
     assert cluster.api("GET", "/version")["gitVersion"] == K8S_VERSION
-    # The kubeconfig works with the driver's own client loader, CA verification included.
-    api = client.CoreV1Api(load_api_client(str(cluster.kubeconfig)))
-    namespace = api.read_namespace("default")
-    assert namespace.metadata is not None
-    assert namespace.metadata.name == "default"
+    # The kubeconfig works with the driver's own connection loader, CA verification included.
+    rest = RestApi(load_api_client(str(cluster.kubeconfig)))
+    assert rest.call("GET", "/api/v1/namespaces/default")["metadata"]["name"] == "default"
 
 
 def test_node_and_resource_slice_round_trip(cluster: LocalCluster) -> None:

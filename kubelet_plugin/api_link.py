@@ -1,8 +1,9 @@
 """The kubelet plugin's link to the API server, loaded in a thread while the plugin starts its sockets.
 
-Called by ``kubelet_plugin.main``: the Kubernetes client library is the slowest import of
-start-up (~0.4 s and ~18 MiB), and nothing but claim lookups, Node Events and the slice
-publisher needs it, so the DRA and registration sockets serve without waiting for it. A claim
+Called by ``kubelet_plugin.main``: loading the connection (its TLS context and credentials, and
+urllib3) is the slowest part of start-up left, and nothing but claim lookups, Node Events, device
+status and the slice publisher needs it, so the DRA and registration sockets serve without waiting
+for it. A claim
 lookup made before it is loaded waits for it (the state's lookup budget bounds the wait). Node
 Events raised before it is loaded (checkpoint recovery at start) are sent, in order, as soon as it
 is, and before any lookup is answered; an Event that cannot be sent is logged and dropped, as
@@ -60,7 +61,7 @@ class ApiLink:
                 self._send(notice)
 
     def wait(self) -> Any:
-        """The loaded ``ApiClient``; raises what loading it raised."""
+        """The loaded ``ApiConnection``; raises what loading it raised."""
         self._ready.wait()
         if self._error is not None:
             raise self._error

@@ -1,7 +1,10 @@
-"""Kubernetes adapters: the only place in dra-gpu that imports the ``kubernetes`` client.
+"""Kubernetes adapters: the only place in dra-gpu that talks to the API server or imports ``kubernetes``.
 
-``client`` builds an ``ApiClient`` (in-cluster or from a kubeconfig); ``slices_api`` speaks raw
-JSON to the ResourceSlice, Node and version endpoints, ``claims_api`` reads ResourceClaims and
-writes Node Events, ``claim_status_api`` server-side applies claims' ``status.devices``. Used by the apps (``controller``,
-``kubelet_plugin``); the pure core never imports this package.
+``client`` loads an ``ApiConnection`` (``connection``: urllib3's pool with the credentials) from
+the pod's service account or a kubeconfig, falling back to the ``kubernetes`` package's loader
+only for kubeconfigs that need it (exec plugins, auth providers); ``rest`` is the one raw-JSON
+transport. ``slices_api`` speaks to the ResourceSlice, Node and version endpoints, ``claims_api``
+reads ResourceClaims and writes Node Events, ``claim_status_api`` server-side applies claims'
+``status.devices``, ``explain_api`` reads what ``dra-gpu explain`` needs. Used by the apps
+(``controller``, ``kubelet_plugin``, ``dra_driver.cli``); the pure core never imports this package.
 """

@@ -23,8 +23,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes import client
-
+from dra_driver.kube.connection import ApiConnection
 from dra_driver.kube.rest import RestApi
 
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -33,8 +32,8 @@ APPLY_PATCH = "application/apply-patch+yaml"
 class KubeClaimStatusApi:
     """Applies one driver's ``status.devices`` entries of ResourceClaims (resource.k8s.io/v1)."""
 
-    def __init__(self, api_client: client.ApiClient, *, field_manager: str, timeout_s: float = 5.0) -> None:
-        self._rest = RestApi(api_client, total_timeout_s=timeout_s)
+    def __init__(self, conn: ApiConnection, *, field_manager: str, timeout_s: float = 5.0) -> None:
+        self._rest = RestApi(conn, total_timeout_s=timeout_s)
         self._field_manager = field_manager
 
     def apply_status(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:

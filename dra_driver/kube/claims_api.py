@@ -11,8 +11,7 @@ import datetime
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes import client
-
+from dra_driver.kube.connection import ApiConnection
 from dra_driver.kube.rest import KubeApiError, RestApi
 
 
@@ -27,8 +26,8 @@ class ClaimLookupError(Exception):
 class KubeClaimApi:
     """Reads ResourceClaims (resource.k8s.io/v1) and writes core/v1 Events."""
 
-    def __init__(self, api_client: client.ApiClient, *, timeout_s: float = 10.0) -> None:
-        self._rest = RestApi(api_client, total_timeout_s=timeout_s)
+    def __init__(self, conn: ApiConnection, *, timeout_s: float = 10.0) -> None:
+        self._rest = RestApi(conn, total_timeout_s=timeout_s)
         self._node_uids: dict[str, str] = {}
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:

@@ -13,9 +13,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes.config import ConfigException
-
-from dra_driver.kube.client import load_api_client
+from dra_driver.kube.client import KubeConfigError, load_api_client
 from dra_driver.kube.slices_api import RESOURCE_SLICES_PATH, KubeApiError, KubeSliceApi
 
 __all__ = ["KubeApiError", "KubeExplainApi", "connect"]
@@ -88,5 +86,5 @@ def connect(kubeconfig: str | None) -> KubeExplainApi:
     """
     try:
         return KubeExplainApi(load_api_client(kubeconfig))
-    except (ConfigException, OSError, ValueError) as err:
+    except (KubeConfigError, OSError) as err:
         raise KubeApiError(0, "ConfigError", str(err)) from err

@@ -1,28 +1,28 @@
-"""One transport for every Kubernetes API call the apps make: raw JSON over the client's ``ApiClient``.
+"""One transport for every Kubernetes API call the apps make: raw JSON over an ``ApiConnection``.
 
 Used by ``dra_driver.kube.slices_api`` (ResourceSlices, Nodes, version), ``claims_api``
-(ResourceClaims, Events) and ``explain_api``. Requests and answers are plain JSON (dicts): nothing
-goes through the client's generated models or API classes, so fields this client does not know
-(newer servers, alpha features) are neither dropped on read nor stripped on write, and the
-plugin never loads the client's per-group API modules (``CoreV1Api`` alone is ~20 MiB and over a
-second of start-up). Every failure, HTTP or transport, surfaces as one exception type,
-``KubeApiError``, so callers never see ``kubernetes`` or ``urllib3`` exception classes.
+(ResourceClaims, Events), ``claim_status_api`` and ``explain_api``. Requests and answers are plain
+JSON (dicts): nothing goes through a client's generated models, so fields a client does not know
+(newer servers, alpha features) are neither dropped on read nor stripped on write. The connection
+(``dra_driver.kube.connection``) is urllib3's pool with the credentials ``dra_driver.kube.client``
+loaded. Every failure, HTTP or transport, surfaces as one exception type, ``KubeApiError``, so
+callers never see ``urllib3`` exception classes.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 import urllib3
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from dra_driver.core.api_errors import ApiError
+from dra_driver.kube.connection import ApiConnection
 
 JSON = "application/json"
 CONNECT_TIMEOUT_S = 5.0
-TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError, ApiException)
+TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 class KubeApiError(ApiError):
@@ -43,20 +43,20 @@ def error_of(status: int, body: bytes, fallback_reason: str) -> KubeApiError:
 
 
 class RestApi:
-    """Raw-JSON requests on one ``ApiClient``; thread safe (the client's pool is)."""
+    """Raw-JSON requests on one ``ApiConnection``; thread safe (the connection's pool is)."""
 
-    def __init__(
-        self, api_client: client.ApiClient, *, request_timeout_s: float = 30.0, total_timeout_s: float | None = None
-    ) -> None:
-        """Raw requests on ``api_client``.
+    def __init__(self, conn: ApiConnection, *, request_timeout_s: float = 30.0, total_timeout_s: float | None = None) -> None:
+        """Raw requests on ``conn``.
 
         They time out after ``CONNECT_TIMEOUT_S`` to connect and ``request_timeout_s`` to read, or,
-        with ``total_timeout_s``, after that many seconds for connect and read together (the
-        client's own retries may repeat a request).
+        with ``total_timeout_s``, after that many seconds for connect and read together (a retry
+        of a request that never reached the server counts within it).
         """
-        self._client = api_client
-        self._timeout: float | tuple[float, float] = (
-            total_timeout_s if total_timeout_s is not None else (CONNECT_TIMEOUT_S, request_timeout_s)
+        self._conn = conn
+        self._timeout = (
+            urllib3.Timeout(total=total_timeout_s)
+            if total_timeout_s is not None
+            else urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=request_timeout_s)
         )
 
     def send(
@@ -75,22 +75,16 @@ class RestApi:
         server-side apply); the body is sent as JSON either way (JSON is YAML).
         """
         headers: dict[str, str] = {"Accept": JSON}
+        data: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type
+            data = json.dumps(body, separators=(",", ":")).encode()
+        target = path + ("?" + urlencode(query) if query else "")
+        timeout = self._timeout if read_timeout_s is None else urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=read_timeout_s)
         try:
-            _, url, header_params, _, _ = self._client.param_serialize(
-                method=method,
-                resource_path=path,
-                query_params=query or [],
-                header_params=headers,
-                auth_settings=["BearerToken"],
-            )
-            timeout = self._timeout if read_timeout_s is None else (CONNECT_TIMEOUT_S, read_timeout_s)
-            # Body goes straight to the REST layer as a dict (json.dumps), never through a model.
-            response = self._client.call_api(method, url, header_params=header_params, body=body, _request_timeout=timeout)
+            return self._conn.request(method, target, body=data, headers=headers, timeout=timeout)
         except TRANSPORT_ERRORS as exc:
             raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
-        return response.response
 
     def call(
         self,

@@ -14,8 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes import client
-
+from dra_driver.kube.connection import ApiConnection
 from dra_driver.kube.rest import TRANSPORT_ERRORS, KubeApiError, RestApi, error_of
 
 __all__ = ["RESOURCE_SLICES_PATH", "KubeApiError", "KubeSliceApi"]
@@ -25,10 +24,10 @@ _LIST_PAGE = 500
 
 
 class KubeSliceApi:
-    """ResourceSlice, Node and version calls on one ``ApiClient``; thread safe."""
+    """ResourceSlice, Node and version calls on one ``ApiConnection``; thread safe."""
 
-    def __init__(self, api_client: client.ApiClient, *, request_timeout_s: float = 30.0) -> None:
-        self._rest = RestApi(api_client, request_timeout_s=request_timeout_s)
+    def __init__(self, conn: ApiConnection, *, request_timeout_s: float = 30.0) -> None:
+        self._rest = RestApi(conn, request_timeout_s=request_timeout_s)
         self._send = self._rest.send
         self._json = self._rest.call
         self._lock = threading.Lock()

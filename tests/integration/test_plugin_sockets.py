@@ -262,7 +262,8 @@ def test_a_bad_kubeconfig_still_fails_start_up_and_leaves_no_sockets(tmp_path_fa
     with pytest.raises(RuntimeError, match="plugin exited with 1"):
         p.start()
     failed = [e for e in p.logs() if e["event"] == "plugin_failed"]
-    assert len(failed) == 1 and "ConfigException" in failed[0].get("exception", "")
+    assert len(failed) == 1 and "KubeConfigError" in failed[0].get("exception", "")
+    assert "has no current-context" in failed[0]["exception"]
     assert not p.plugin_dir.joinpath("dra.sock").exists()
     assert list(p.registrar.glob("*.sock")) == []
 
