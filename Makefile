@@ -20,6 +20,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The product's dependencies only, as the image installs them (no dev tools: import-linter alone
+# pulls in rich, which structlog then imports): what make bench runs dra-gpu's plugin with.
+PRODUCT_VENV := .venv-product
+PRODUCT_STAMP := $(PRODUCT_VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+$(PRODUCT_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(PRODUCT_VENV)
+	$(PRODUCT_VENV)/bin/pip install -q --upgrade pip
+	$(PRODUCT_VENV)/bin/pip install -q -e .
+	rm -f $(PRODUCT_VENV)/.installed-*; touch $@
+
 # Kubernetes components built from source (cached under ~/.cache/dra-gpu/k8s-<version>), Helm,
 # and the container runtime the installed-path e2e and the demo run pods on (containerd + CNI +
 # pause, cached under ~/.cache/dra-gpu/runtime-<version>; runc, mmdebstrap and buildah from
@@ -75,10 +85,11 @@ demo: venv images
 	@echo "..."
 	$(VENV)/bin/python -m e2e.demo
 
-bench: venv k8s
+bench: venv k8s $(PRODUCT_STAMP)
 	$(VENV)/bin/python -m bench.prepare_latency
 	$(VENV)/bin/python -m bench.selectors
-	$(VENV)/bin/python -m bench.peer  # vs the Go reference driver (peer column empty without Go/peer source)
+	# vs the Go reference driver (peer column empty without Go/peer source)
+	$(VENV)/bin/python -m bench.peer --plugin-python $(PRODUCT_VENV)/bin/python
 
 # Minutes of kubelet traffic against the plugin while it is killed, the API server paused and the
 # checkpoint corrupted; prints the counts and every invariant violation (bench/soak/).

@@ -46,8 +46,13 @@ class PluginProcess:
         plugins_dir: Path | None = None,
         cdi_root: Path | None = None,
         extra_args: tuple[str, ...] = (),
+        python: Path | None = None,
     ) -> None:
-        """``registrar_dir``/``plugins_dir`` default to dirs under ``base``; a KubeletNode passes its own."""
+        """``registrar_dir``/``plugins_dir`` default to dirs under ``base``; a KubeletNode passes its own.
+
+        ``python`` runs the daemon with another interpreter (``make bench``: a venv holding only the
+        product's dependencies, as the image does); by default this process's.
+        """
         self.base = base
         base.mkdir(parents=True, exist_ok=True)
         self.registrar = registrar_dir or base / "plugins_registry"
@@ -60,6 +65,7 @@ class PluginProcess:
         self.profile = profile
         self.publish = publish
         self.extra_args = extra_args
+        self.python = str(python) if python is not None else sys.executable
         self.proc: subprocess.Popen[bytes] | None = None
         if not self.boot_id.exists():
             self.boot_id.write_text("boot-1\n")
@@ -100,7 +106,7 @@ class PluginProcess:
         if crash_at:
             env["DRA_GPU_CRASH_AT"] = crash_at
         args = [
-            sys.executable,
+            self.python,
             "-m",
             "kubelet_plugin.main",
             "--node-name",

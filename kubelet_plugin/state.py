@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +55,29 @@ from dra_driver.files.checkpoint_store import CheckpointStore, Notice
 from dra_driver.files.lock import LockTimeout, NodeLock
 from kubelet_plugin import gc
 from kubelet_plugin.faults import crash_point
+from kubelet_plugin.group_commit import GroupCommit
 from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.recovery import Recovery
 from kubelet_plugin.requests import LOOKUP_BUDGET_S, ClaimLookups, ClaimReader, ClaimRef, Outcome, check_refs
 from kubelet_plugin.sharing_ops import SharingOps
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class _PrepareCall:
+    """One NodePrepareResources call's claims (ref, ResourceClaim JSON, precheck error) and its answers."""
+
+    claims: list[tuple[ClaimRef, dict[str, Any], str]]
+    out: dict[str, Outcome]
+
+
+@dataclass(slots=True)
+class _UnprepareCall:
+    """One NodeUnprepareResources call's claims and its answers."""
+
+    refs: list[ClaimRef]
+    out: dict[str, str]
 
 
 class DeviceState:
@@ -106,6 +124,10 @@ class DeviceState:
         self._recovery = Recovery(cdi=cdi, store=checkpoints, mig=mig, sharing=self._sharing, targets=self.targets, notify=notify)
         self._refusal: str | None = None
         self.lookup_budget_s = LOOKUP_BUDGET_S
+        self._prepares: GroupCommit[_PrepareCall] = GroupCommit(self._locked)
+        self._unprepares: GroupCommit[_UnprepareCall] = GroupCommit(self._locked)
+        self._unsaved: dict[str, ClaimEntry] = {}
+        """Claims of the batch now running recorded PrepareCompleted in memory only (lock held)."""
 
     @property
     def refusal(self) -> str | None:
@@ -152,19 +174,50 @@ class DeviceState:
             return {r.uid: Outcome(error=self._refusal) for r in refs}
         valid = check_refs(refs, out, lambda msg: Outcome(error=msg))
         fetched = self._lookups.fetch(valid, out, self.lookup_budget_s)
-        rejected = {ref.uid: self._precheck(ref, fetched[ref.uid]) for ref in valid if ref.uid in fetched}
-        pending = [r for r in valid if r.uid in fetched]
+        pending = [(r, fetched[r.uid], self._precheck(r, fetched[r.uid])) for r in valid if r.uid in fetched]
         if not pending:
             return out
+        call = _PrepareCall(pending, out)
         try:
-            with self._locked():
-                cp = self._load()
-                for ref in pending:
-                    cp, out[ref.uid] = self._prepare_isolated(cp, ref, fetched[ref.uid], rejected[ref.uid])
+            self._prepares.run(call, self._prepare_batch)
         except (LockTimeout, OSError, CheckpointTooNew) as err:
-            for ref in pending:
+            for ref, _, _ in pending:
                 out.setdefault(ref.uid, Outcome(error=f"preparing: {err}"))
         return out
+
+    def _prepare_batch(self, calls: list[_PrepareCall]) -> None:
+        """Every queued call's claims, in order, then one save for what is not saved yet (lock held).
+
+        Claims with no side effect but their CDI spec are recorded PrepareCompleted in memory and
+        saved together at the end; none is answered before that save. A failed final save fails
+        exactly those claims (their specs are removed).
+        """
+        self._unsaved = {}
+        try:
+            cp = self._load()
+            for call in calls:
+                for ref, obj, rejected in call.claims:
+                    if ref.uid in call.out:
+                        continue
+                    cp, call.out[ref.uid] = self._prepare_isolated(cp, ref, obj, rejected)
+            if self._unsaved:
+                self._save(cp)
+                crash_point("after_prepare_completed")
+        except (LockTimeout, OSError, CheckpointTooNew) as err:
+            for call in calls:
+                for ref, _, _ in call.claims:
+                    if ref.uid in self._unsaved:
+                        self._cdi.remove(ref.uid)
+                        why = f"preparing claim {ref.namespace}/{ref.name}: saving the checkpoint: {err}"
+                        call.out[ref.uid] = Outcome(error=why)
+                    call.out.setdefault(ref.uid, Outcome(error=f"preparing: {err}"))
+        finally:
+            self._unsaved = {}
+
+    def _save(self, cp: Checkpoint) -> None:
+        """Save ``cp``; it holds every claim prepared in memory so far, so none is left unsaved."""
+        self._store.save(cp)
+        self._unsaved = {}
 
     def _precheck(self, ref: ClaimRef, obj: dict[str, Any]) -> str:
         """Decode the claim and validate its configs outside the lock; the error, or ""."""
@@ -197,7 +250,7 @@ class DeviceState:
             return self._prepare_one(cp, ref, obj, rejected)
         except Exception as err:
             log.exception("prepare_crashed", claim_uid=ref.uid, namespace=ref.namespace, claim=ref.name)
-            cp = self._load()  # what was saved before the failure
+            cp = self._load().with_claims(self._unsaved)  # what was saved before the failure, and what is to be
             entry = cp.claims.get(ref.uid)
             if entry is not None and entry.state is ClaimState.PREPARE_STARTED and not entry.recovered:
                 try:
@@ -242,8 +295,30 @@ class DeviceState:
             mps_daemons=first_plan.mps_daemons,
             recovered=recovered,
         )
+        return self._carry_out(cp, ref, claim, provisional, started=started, bound=bound)
+
+    def _carry_out(
+        self,
+        cp: Checkpoint,
+        ref: ClaimRef,
+        claim: ClaimAllocation,
+        provisional: dict[str, ResolvedDevice],
+        *,
+        started: ClaimEntry,
+        bound: Any,
+    ) -> tuple[Checkpoint, Outcome]:
+        """A checked claim's side effects, CDI spec and completed entry; rolled back on failure (not if recovered).
+
+        A claim that carves nothing and shares nothing has one side effect, its CDI spec: a kill
+        before its completed entry is saved leaves a spec no claim owns, which the restart removes
+        (``kubelet_plugin.recovery``). Its started entry protects nothing and is not saved, and its
+        completed entry is saved with the batch (``_prepare_batch``), before any answer.
+        """
+        recovered = started.recovered
+        effects = bool(started.mig_intents or started.time_slices or started.mps_daemons or recovered)
         cp = cp.with_claim(ref.uid, started)
-        self._store.save(cp)
+        if effects:
+            self._save(cp)
         crash_point("after_prepare_started")
         try:
             resolved = (
@@ -268,8 +343,11 @@ class DeviceState:
                 used = [d.mig for d in done.devices if d.mig is not None and d.mig.gi_id is not None]
                 self._mig.release_unused(started.mig_intents, used, keep=cp.carved_by_others(ref.uid))
             cp = cp.with_claim(ref.uid, done)
-            self._store.save(cp)
-            crash_point("after_prepare_completed")
+            if effects:
+                self._save(cp)
+                crash_point("after_prepare_completed")
+            else:
+                self._unsaved[ref.uid] = done
         except (OSError, MigError, ClaimError, ConfigError) as err:
             bound.error("prepare_failed", error=str(err))
             if not recovered:  # a recovered claim keeps what it holds: a container may use it
@@ -310,11 +388,13 @@ class DeviceState:
             mps_root=str(self._mps_root),
         )
 
-    def _rollback(self, cp: Checkpoint, uid: str) -> Checkpoint:
+    def _rollback(self, cp: Checkpoint, uid: str, *, save: bool = True) -> Checkpoint:
         """Undo whatever a claim's preparation did — sharing, MIG instances, MIG mode, CDI file — then forget it.
 
         Raises MigError (the claim stays checkpointed) when an instance cannot be destroyed,
-        e.g. a process still uses it; the kubelet retries.
+        e.g. a process still uses it; the kubelet retries. ``save=False``: the caller saves (a batch
+        of unprepares, one save); until then the claim is still on disk, and a kill makes the
+        kubelet's retry undo it again (every step finds its work done).
         """
         entry = cp.claims.get(uid)
         if entry is not None:
@@ -329,8 +409,10 @@ class DeviceState:
                 self._mig.release_mode(self._mig.gpu(parent))
         self._cdi.remove(uid)
         crash_point("after_unprepare_cdi_removed")
+        self._unsaved.pop(uid, None)
         cp = cp.without_claim(uid)
-        self._store.save(cp)
+        if save:
+            self._save(cp)
         return cp
 
     # -- unprepare ----------------------------------------------------------------------------
@@ -344,27 +426,43 @@ class DeviceState:
         if not valid:
             return out
         try:
-            with self._locked():
-                cp = self._load()
-                for ref in valid:
-                    try:
-                        if ref.uid in cp.claims:
-                            cp = self._rollback(cp, ref.uid)
-                            log.info("claim_unprepared", claim_uid=ref.uid, namespace=ref.namespace, claim=ref.name)
-                        else:
-                            self._cdi.remove(ref.uid)  # a spec nobody recorded is removed all the same
-                        out[ref.uid] = ""
-                    except (OSError, MigError) as err:
-                        log.error("unprepare_failed", claim_uid=ref.uid, error=str(err))
-                        out[ref.uid] = f"unpreparing claim {ref.namespace}/{ref.name}: {err}"
-                    except Exception as err:  # one claim's bug never fails the others
-                        log.exception("unprepare_crashed", claim_uid=ref.uid)
-                        cp = self._load()
-                        out[ref.uid] = f"internal error unpreparing claim {ref.namespace}/{ref.name}: {type(err).__name__}: {err}"
+            self._unprepares.run(_UnprepareCall(valid, out), self._unprepare_batch)
         except (LockTimeout, OSError, CheckpointTooNew) as err:
             for ref in valid:
                 out.setdefault(ref.uid, f"unpreparing: {err}")
         return out
+
+    def _unprepare_batch(self, calls: list[_UnprepareCall]) -> None:
+        """Every queued call's claims undone, then one save; answered after it (lock held)."""
+        forgotten: list[tuple[_UnprepareCall, ClaimRef]] = []
+        try:
+            cp = saved = self._load()
+            for call in calls:
+                for ref in call.refs:
+                    try:
+                        if ref.uid in cp.claims:
+                            cp = self._rollback(cp, ref.uid, save=False)
+                            forgotten.append((call, ref))
+                            log.info("claim_unprepared", claim_uid=ref.uid, namespace=ref.namespace, claim=ref.name)
+                        else:
+                            self._cdi.remove(ref.uid)  # a spec nobody recorded is removed all the same
+                        call.out[ref.uid] = ""
+                    except (OSError, MigError) as err:
+                        log.error("unprepare_failed", claim_uid=ref.uid, error=str(err))
+                        call.out[ref.uid] = f"unpreparing claim {ref.namespace}/{ref.name}: {err}"
+                    except Exception as err:  # one claim's bug never fails the others; it stays recorded
+                        log.exception("unprepare_crashed", claim_uid=ref.uid)
+                        call.out[ref.uid] = (
+                            f"internal error unpreparing claim {ref.namespace}/{ref.name}: {type(err).__name__}: {err}"
+                        )
+            if cp is not saved:
+                self._save(cp)
+        except (LockTimeout, OSError, CheckpointTooNew) as err:
+            for call, ref in forgotten:  # undone, but still recorded: the kubelet's retry finishes it
+                call.out[ref.uid] = f"unpreparing claim {ref.namespace}/{ref.name}: saving the checkpoint: {err}"
+            for call in calls:
+                for ref in call.refs:
+                    call.out.setdefault(ref.uid, f"unpreparing: {err}")
 
     def collect_garbage(self) -> list[str]:
         """Unprepare claims whose ResourceClaim is gone (``kubelet_plugin.gc`` decides); the UIDs unprepared.

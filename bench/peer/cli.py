@@ -27,6 +27,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=32, help="client threads of the burst")
     parser.add_argument("--no-peer", action="store_true", help="measure dra-gpu alone")
     parser.add_argument("--deadline", type=int, default=1800, help="seconds; then everything is stopped")
+    parser.add_argument(
+        "--plugin-python",
+        type=Path,
+        default=None,
+        help="interpreter dra-gpu's plugin runs with (make bench: .venv-product, the product's dependencies only, "
+        "as in the image); default: this one",
+    )
     args = parser.parse_args(argv)
 
     binary: PeerBinary | None = None

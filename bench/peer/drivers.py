@@ -53,14 +53,17 @@ class OurDriver(Driver):
     label = "dra-gpu"
     driver = OUR_DRIVER
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, python: Path | None = None) -> None:
         self.kubeconfig = kubeconfig
+        self.python = python
         self.plugin: PluginProcess | None = None
         self._thread: threading.Thread | None = None
         self._error: Exception | None = None
 
     def launch(self, run_dir: Path) -> None:
-        self.plugin = PluginProcess(run_dir, kubeconfig=self.kubeconfig, node=NODE, publish=True, extra_args=OUR_ARGS)
+        self.plugin = PluginProcess(
+            run_dir, kubeconfig=self.kubeconfig, node=NODE, publish=True, extra_args=OUR_ARGS, python=self.python
+        )
         self._error = None
         self._thread = threading.Thread(target=self._start, args=(self.plugin,), name="start-dra-gpu", daemon=True)
         self._thread.start()

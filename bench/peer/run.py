@@ -22,6 +22,10 @@ from e2e.peer_process import PeerBinary
 
 def run_bench(args: argparse.Namespace, binary: PeerBinary | None, peer_note: str, state_root: Path) -> str:
     facts = machine_facts(state_root, binary)
+    facts.append(
+        f"dra-gpu plugin: {args.plugin_python or sys.executable} -m kubelet_plugin.main, defaults as installed "
+        "(claim device status on, JSON logs at info)"
+    )
     drivers: list[Driver] = []
     cluster = LocalCluster()
     clients: list[DraClient] = []
@@ -43,7 +47,7 @@ def run_bench(args: argparse.Namespace, binary: PeerBinary | None, peer_note: st
                     "metadata": {"name": ADMIN_NS, "labels": {"resource.kubernetes.io/admin-access": "true"}},
                 },
             )
-            drivers.append(OurDriver(cluster.kubeconfig))
+            drivers.append(OurDriver(cluster.kubeconfig, args.plugin_python))
             if binary is not None:
                 drivers.append(GoPeer(binary.path, cluster.kubeconfig))
             figs = {d.label: Figures() for d in drivers}

@@ -1,8 +1,17 @@
-"""Crash-safe file replacement: temp file in the same directory, fsync, rename, fsync the directory.
+"""Crash-safe file replacement: temp file in the same directory, (fsync,) rename.
 
 Used by the CDI store and the checkpoint store. A reader sees either the old or the new file,
-never a torn one, whatever moment the process is killed at. Files are created owner-only. The
-fsyncs (``durable``) matter only for what must outlive a reboot: the checkpoint, not CDI specs.
+never a torn one, whatever moment the process is killed at: written data lives in the page cache
+until the kernel itself goes. Files are created owner-only.
+
+What the one fsync (``durable``) protects: after a power loss or a kernel crash, the file under
+the name is the old one or the new one, never an empty or half-written one (ext4 and xfs may
+otherwise show a renamed file whose data never reached the disk). It is used for the checkpoint
+only. The directory is not fsynced after the rename: the rename may then be lost with the power,
+leaving the previous generation, and that is enough, because a power loss is a reboot and a
+reboot drops every claim of the old boot by its boot id (``dra_driver.files.checkpoint_store``):
+what the checkpoint must tell after a reboot, either generation tells. CDI specs need neither:
+they matter within one boot.
 """
 
 from __future__ import annotations
@@ -25,11 +34,10 @@ def fsync_dir(directory: Path) -> None:
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically; ``durable``: also through a power loss (two fsyncs).
+    """Replace ``path`` with ``data`` atomically; ``durable``: the data is on disk before the rename (one fsync).
 
-    Atomic either way: a process killed at any moment leaves the old file or the new one, because
-    written data lives in the page cache until the kernel itself goes. Only a kernel crash or power
-    loss can lose an unsynced write, and both reboot the node.
+    Atomic either way: a process killed at any moment leaves the old file or the new one. See the
+    module's docstring for what the fsync protects, and why the directory is not fsynced.
     """
     tmp = path.parent / f"{TMP_PREFIX}{path.name}.{secrets.token_hex(4)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -43,8 +51,6 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if durable:
-        fsync_dir(path.parent)
 
 
 def remove_durably(path: Path, *, durable: bool = True) -> bool:

@@ -46,7 +46,7 @@ class CdiStore:
     def write(self, claim_uid: str, spec: dict[str, Any]) -> Path:
         """Write (or re-write) a claim's spec atomically."""
         path = self.path(claim_uid)
-        write_atomic(path, json.dumps(spec, indent=1, sort_keys=True).encode() + b"\n", mode=0o644, durable=False)
+        write_atomic(path, json.dumps(spec, sort_keys=True, separators=(",", ":")).encode() + b"\n", mode=0o644, durable=False)
         return path
 
     def read(self, claim_uid: str) -> dict[str, Any] | None:

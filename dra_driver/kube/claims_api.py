@@ -40,7 +40,7 @@ class KubeClaimApi:
                 raise ClaimLookupError(f"claim {namespace}/{name} not found", not_found=True) from None
             if err.status:
                 raise ClaimLookupError(f"reading claim {namespace}/{name}: {err.status} {err.reason}") from None
-            raise ClaimLookupError(f"reading claim {namespace}/{name}: {err.message}") from None
+            raise ClaimLookupError(err.message) from None  # the caller names the claim
 
     def _node_uid(self, node_name: str) -> str:
         if node_name not in self._node_uids:

@@ -134,14 +134,19 @@ def _data(value: Any, what: str) -> bytes:
 
 
 def _tls_context(cluster: dict[str, Any], user: dict[str, Any], base: Path) -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
+    # With a CA named, only that CA is trusted (as kubectl does); without one, the system's roots.
     if cluster.get("insecure-skip-tls-verify"):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     elif cluster.get("certificate-authority-data"):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.load_verify_locations(cadata=_data(cluster["certificate-authority-data"], "certificate-authority-data").decode())
     elif cluster.get("certificate-authority"):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.load_verify_locations(cafile=str(_resolve(base, cluster["certificate-authority"])))
+    else:
+        ctx = ssl.create_default_context()
     cert = _pem(user, "client-certificate", base)
     key = _pem(user, "client-key", base)
     if cert is not None or key is not None:

@@ -83,6 +83,9 @@ class RestApi:
         timeout = self._timeout if read_timeout_s is None else urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=read_timeout_s)
         try:
             return self._conn.request(method, target, body=data, headers=headers, timeout=timeout)
+        except urllib3.exceptions.MaxRetryError as exc:  # the last attempt's error says what happened
+            reason = exc.reason or exc
+            raise KubeApiError(0, type(reason).__name__, str(reason)) from exc
         except TRANSPORT_ERRORS as exc:
             raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
 

@@ -119,3 +119,25 @@ def test_the_checkpoint_is_compact_json_with_data_as_checksummed() -> None:
     assert raw.count(b"\n") == 1 and b": " not in raw
     assert decode(raw) == Checkpoint("boot-1", {"a": ENTRY})
     assert json.loads(raw)["data"]["nodeBootID"] == "boot-1"
+
+
+def test_encoding_claim_by_claim_matches_the_canonical_form_and_never_reads_a_stale_cache() -> None:
+    """``encode`` joins cached per-claim bytes; the result is what ``_canonical`` makes of the whole data."""
+    from dataclasses import replace
+
+    from dra_driver.core.checkpoint import _canonical
+
+    def full(cp: Checkpoint) -> bytes:
+        return _canonical({"nodeBootID": cp.node_boot_id, "claims": {u: e.to_json() for u, e in cp.claims.items()}})
+
+    started = ClaimEntry(ClaimState.PREPARE_STARTED, "ns", "a")
+    cp = Checkpoint(node_boot_id="b\u00e9").with_claims({"u2": started, "u1": started, "u\u00fc": started})
+    for step in range(3):
+        raw = encode(cp)
+        assert decode(raw) == cp
+        assert json.loads(raw)["data"] == json.loads(full(cp))
+        assert raw.split(b',"data":', 1)[1] == full(cp) + b"}\n"
+        # a changed entry, through every way a copy is made, is encoded afresh
+        done = ClaimEntry(ClaimState.PREPARE_COMPLETED, "ns", f"n{step}")
+        cp = [cp.with_claim("u1", done), replace(cp, claims={**cp.claims, "u2": done}), cp.without_claim("u2")][step]
+    assert set(decode(encode(cp)).claims) == {"u1", "u\u00fc"}
