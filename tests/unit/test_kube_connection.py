@@ -50,8 +50,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     seen = Seen()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            peer = self.connection.getpeercert()  # type: ignore[attr-defined]
+        def do_GET(self) -> None:
+            peer = self.connection.getpeercert()
             cn = dict(x[0] for x in peer["subject"])["commonName"] if peer else ""
             seen.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "cn": cn})
             body = json.dumps({"kind": "Namespace", "metadata": {"name": "default"}, "path": self.path}).encode()
@@ -61,7 +61,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -181,7 +181,8 @@ def test_an_exec_credential_plugin_goes_through_the_kubernetes_loader(server: Se
         ('{"current-context": "x", "contexts": []}', "no context named 'x'"),
         ('{"current-context": "x", "contexts": [{"name": "x", "context": {"cluster": "c"}}]}', "no cluster named 'c'"),
         (
-            '{"current-context": "x", "contexts": [{"name": "x", "context": {"cluster": "c"}}], "clusters": [{"name": "c", "cluster": {}}]}',
+            '{"current-context": "x", "contexts": [{"name": "x", "context": {"cluster": "c"}}],'
+            ' "clusters": [{"name": "c", "cluster": {}}]}',
             "cluster 'c' has no server",
         ),
         (
@@ -196,7 +197,8 @@ def test_an_exec_credential_plugin_goes_through_the_kubernetes_loader(server: Se
         ),
         (
             '{"current-context": "x", "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],'
-            ' "clusters": [{"name": "c", "cluster": {"server": "https://h"}}], "users": [{"name": "u", "user": {"tokenFile": "nope"}}]}',
+            ' "clusters": [{"name": "c", "cluster": {"server": "https://h"}}],'
+            ' "users": [{"name": "u", "user": {"tokenFile": "nope"}}]}',
             "No such file",
         ),
     ],
