@@ -21,6 +21,11 @@ One worker thread writes, in order:
   was deallocated or replaced) are logged and not retried; a server that accepted the write but
   stored none of our entries (the ``DRAResourceClaimDeviceStatus`` feature off) is logged once.
 
+The worker yields to the kubelet: a write waits until no DRA call has been in flight for
+``QUIET_S`` (the servicers say when calls start and end), or until its claim waited
+``MAX_DEFER_S``, so when many pods land at once the API server and the plugin's one core of
+Python serve the prepares first and the status follows.
+
 Every log event carries ``claim_uid``. Turned off with ``--device-status=false`` (Helm
 ``deviceStatus.enabled``).
 """
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -45,6 +51,10 @@ MAX_PENDING = 1024
 ATTEMPTS = 6
 FIRST_DELAY_S = 0.5
 MAX_DELAY_S = 8.0
+QUIET_S = 0.05
+"""A status write waits for this long without a DRA call in flight..."""
+MAX_DEFER_S = 2.0
+"""...or until its claim has waited this long since it was first queued."""
 MAX_SINCE = 4096
 """Claims whose first prepare time is remembered (so a repeated prepare re-applies the same entry: a no-op)."""
 RBAC_HINT = (
@@ -86,6 +96,8 @@ class _Job:
     """The prepared claim's answer; None: remove our entries (unprepared)."""
     at: str
     """When it was prepared (the condition's lastTransitionTime)."""
+    queued: float = 0.0
+    """``time.monotonic()`` when the claim's first pending write was queued (replacements keep it)."""
 
 
 class DeviceStatusReporter:
@@ -117,6 +129,8 @@ class DeviceStatusReporter:
         self._forbidden_logged = False
         self._since: dict[str, str] = {}  # claim UID -> when this process first reported it prepared
         self._dropped_logged = False
+        self._calls = 0  # DRA calls in flight
+        self._last_call = float("-inf")  # when the last one ended (monotonic)
         self._thread = threading.Thread(target=self._run, name="device-status", daemon=True)
         self._thread.start()
 
@@ -141,11 +155,35 @@ class DeviceStatusReporter:
             if self._stop.is_set():
                 return
             uid = job.ref.uid
-            if uid not in self._jobs and len(self._jobs) >= self._max_pending:
+            older = self._jobs.get(uid)
+            if older is None and len(self._jobs) >= self._max_pending:
                 log.warning("device_status_dropped", claim_uid=uid, pending=len(self._jobs), why="queue full")
                 return
-            self._jobs[uid] = job  # replaces an older write of the claim in place
+            queued = older.queued if older is not None else time.monotonic()
+            self._jobs[uid] = _Job(job.ref, job.outcome, job.at, queued)  # replaces an older write in place
             self._cv.notify()
+
+    def call_started(self) -> None:
+        """A DRA call began: writes wait until calls quiet down (``QUIET_S``, at most ``MAX_DEFER_S``)."""
+        with self._cv:
+            self._calls += 1
+
+    def call_finished(self) -> None:
+        """A DRA call ended."""
+        with self._cv:
+            self._calls = max(0, self._calls - 1)
+            self._last_call = time.monotonic()
+            self._cv.notify()
+
+    def _wait_turn(self) -> None:
+        """(``_cv`` held, a job queued) Wait until the calls are quiet or the oldest job waited ``MAX_DEFER_S``."""
+        while not self._stop.is_set() and self._jobs:
+            now = time.monotonic()
+            defer_left = min(j.queued for j in self._jobs.values()) + MAX_DEFER_S - now
+            quiet_left = max(0.0, self._last_call + QUIET_S - now) if self._calls == 0 else QUIET_S
+            if quiet_left <= 0 or defer_left <= 0:
+                return
+            self._cv.wait(min(quiet_left, defer_left))
 
     # -- for tests and shutdown --------------------------------------------------------------
 
@@ -178,6 +216,7 @@ class DeviceStatusReporter:
                 self._busy = False
                 self._cv.notify_all()
                 self._cv.wait_for(lambda: bool(self._jobs) or self._stop.is_set())
+                self._wait_turn()
                 if self._stop.is_set():
                     return
                 uid = next(iter(self._jobs))

@@ -5,12 +5,14 @@ generated stubs of each version. Both versions share one implementation; v1beta1
 ``share_id``. A servicer never raises: an unexpected failure becomes each claim's error, so the
 kubelet always gets an entry per claim. Claims prepared or unprepared are then handed to the
 device status reporter (``kubelet_plugin.device_status``), which only queues them: the answer
-never waits for a status write.
+never waits for a status write, and the reporter hears when calls start and end, so that its
+writes wait for the calls to quiet down.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import grpc
 import structlog
@@ -43,6 +45,25 @@ class _Dra:
         self._status = status
 
     def prepare(self, claims: Iterable[ClaimMessage], resp: PrepareResponse) -> None:
+        with self._call():
+            self._prepare(claims, resp)
+
+    def unprepare(self, claims: Iterable[ClaimMessage], resp: UnprepareResponse) -> None:
+        with self._call():
+            self._unprepare(claims, resp)
+
+    @contextmanager
+    def _call(self) -> Iterator[None]:
+        """Tell the status reporter a call is in flight (its writes wait for quiet)."""
+        if self._status is not None:
+            self._status.call_started()
+        try:
+            yield
+        finally:
+            if self._status is not None:
+                self._status.call_finished()
+
+    def _prepare(self, claims: Iterable[ClaimMessage], resp: PrepareResponse) -> None:
         refs = _refs(claims)
         try:
             outcomes = self._state.prepare(refs)
@@ -67,7 +88,7 @@ class _Dra:
                     dev.share_id = d.share_id
         self._report(refs, prepared=outcomes)
 
-    def unprepare(self, claims: Iterable[ClaimMessage], resp: UnprepareResponse) -> None:
+    def _unprepare(self, claims: Iterable[ClaimMessage], resp: UnprepareResponse) -> None:
         refs = _refs(claims)
         try:
             errors = self._state.unprepare(refs)

@@ -389,3 +389,33 @@ def test_prepare_answers_while_the_status_write_hangs_and_the_entry_matches_the_
     assert r.idle(5)
     r.stop()
     assert w.calls[-1]["status"] == {} and w.calls[-1]["metadata"]["uid"] == ref.uid
+
+
+def test_writes_wait_while_dra_calls_are_in_flight_and_go_out_once_they_quiet_down() -> None:
+    """The kubelet's calls come first: nothing is written during a call, the write follows its end."""
+    w = Writer()
+    r = reporter(w)
+    r.call_started()
+    r.prepared(REF, OUTCOME)
+    time.sleep(0.3)  # far past QUIET_S, well below MAX_DEFER_S
+    assert w.calls == []
+    r.call_finished()
+    assert r.idle(5)
+    r.stop()
+    assert len(w.calls) == 1
+
+
+def test_a_write_waits_at_most_max_defer_under_calls_that_never_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubelet_plugin import device_status
+
+    monkeypatch.setattr(device_status, "MAX_DEFER_S", 0.4)
+    w = Writer()
+    r = reporter(w)
+    r.call_started()  # never finishes
+    t0 = time.monotonic()
+    r.prepared(REF, OUTCOME)
+    assert r.idle(5)
+    waited = time.monotonic() - t0
+    r.stop()
+    assert len(w.calls) == 1
+    assert 0.35 <= waited < 3.0
