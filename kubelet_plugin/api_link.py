@@ -1,7 +1,7 @@
 """The kubelet plugin's link to the API server, loaded in a thread while the plugin starts its sockets.
 
 Called by ``kubelet_plugin.main``: loading the connection (its TLS context and credentials, and
-urllib3) is the slowest part of start-up left, and nothing but claim lookups, Node Events, device
+HTTP modules) is the slowest part of start-up left, and nothing but claim lookups, Node Events, device
 status and the slice publisher needs it, so the DRA and registration sockets serve without waiting
 for it. A claim
 lookup made before it is loaded waits for it (the state's lookup budget bounds the wait). Node

@@ -225,6 +225,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     stop.wait()
     log.info("plugin_stopping")
     _shutdown(servers, publisher_thread)
+    state.close()
     if status is not None:
         status.stop()
     return 0

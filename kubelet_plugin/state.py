@@ -493,6 +493,10 @@ class DeviceState:
         self._gone = gone - set(done)
         return done
 
+    def close(self) -> None:
+        """Make the last checkpoint write durable now (shutdown)."""
+        self._store.flush()
+
     def prepared_claims(self) -> Mapping[str, ClaimEntry]:
         """The checkpoint's claims (for status and tests)."""
         with self._locked():

@@ -4,14 +4,17 @@ Used by the CDI store and the checkpoint store. A reader sees either the old or 
 never a torn one, whatever moment the process is killed at: written data lives in the page cache
 until the kernel itself goes. Files are created owner-only.
 
-What the one fsync (``durable``) protects: after a power loss or a kernel crash, the file under
-the name is the old one or the new one, never an empty or half-written one (ext4 and xfs may
-otherwise show a renamed file whose data never reached the disk). It is used for the checkpoint
-only. The directory is not fsynced after the rename: the rename may then be lost with the power,
-leaving the previous generation, and that is enough, because a power loss is a reboot and a
-reboot drops every claim of the old boot by its boot id (``dra_driver.files.checkpoint_store``):
-what the checkpoint must tell after a reboot, either generation tells. CDI specs need neither:
-they matter within one boot.
+What fsyncing protects: after a power loss or a kernel crash, the file under the name is
+the newest one, not an older generation or an empty or half-written file (ext4 and xfs may show a
+renamed file whose data never reached the disk). What losing that costs is little, because a power
+loss is a reboot and a reboot drops every claim of the old boot by its boot id
+(``dra_driver.files.checkpoint_store``): an older generation tells the same as the newest (the old
+boot id), and an empty or torn file is moved aside and the checkpoint rebuilt from what the node
+holds (after a reboot: nothing; nothing is destroyed), with a warning Event that says so. So the
+checkpoint's writes are fsynced in the background, shortly after
+(``dra_driver.files.background_sync``), not before the kubelet's answer; ``durable`` fsyncs the
+data before the rename, for the simulators' state files. CDI specs are never fsynced: they matter
+within one boot.
 """
 
 from __future__ import annotations

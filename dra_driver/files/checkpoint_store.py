@@ -23,6 +23,7 @@ import structlog
 
 from dra_driver.core.checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, CheckpointError, CheckpointTooNew, decode, encode
 from dra_driver.files.atomic import fsync_dir, remove_stale_temps, write_atomic
+from dra_driver.files.background_sync import BackgroundSync
 
 log = structlog.get_logger(__name__)
 
@@ -86,6 +87,8 @@ class CheckpointStore:
         self.prev = directory / "checkpoint.prev.json"
         self._known: tuple[tuple[int, ...], Checkpoint] | None = None
         """The newest generation as this process last wrote or read it, with the file's identity then."""
+        self.sync = BackgroundSync()
+        """Fsyncs each write shortly after it (``dra_driver.files.background_sync``)."""
 
     def _identity(self) -> tuple[int, ...] | None:
         """Device, inode, size, mtime and ctime of ``checkpoint.json``; None when it cannot be stat'ed.
@@ -209,7 +212,11 @@ class CheckpointStore:
             return f"could not be moved aside ({err.strerror or err})"
 
     def save(self, cp: Checkpoint) -> None:
-        """Write ``cp`` atomically, keeping the current file as the previous generation."""
+        """Write ``cp`` atomically, keeping the current file as the previous generation; fsynced soon after.
+
+        Atomic for any kill of the process; on disk within ``SYNC_DELAY_S`` (what a power loss
+        before that costs: ``dra_driver.files.atomic``).
+        """
         data = encode(cp)
         self._known = None
         if self.path.exists():
@@ -217,5 +224,10 @@ class CheckpointStore:
             link_tmp.unlink(missing_ok=True)
             os.link(self.path, link_tmp)
             os.replace(link_tmp, self.prev)
-        write_atomic(self.path, data)
+        write_atomic(self.path, data, durable=False)
+        self.sync.mark(self.path)
         self._remember(cp)
+
+    def flush(self) -> None:
+        """Fsync the last write now (the plugin's shutdown)."""
+        self.sync.flush()

@@ -1,6 +1,6 @@
 """Kubernetes adapters: the only place in dra-gpu that talks to the API server or imports ``kubernetes``.
 
-``client`` loads an ``ApiConnection`` (``connection``: urllib3's pool with the credentials) from
+``client`` loads an ``ApiConnection`` (``connection``: a keep-alive pool of ``http.client`` connections with the credentials) from
 the pod's service account or a kubeconfig, falling back to the ``kubernetes`` package's loader
 only for kubeconfigs that need it (exec plugins, auth providers); ``rest`` is the one raw-JSON
 transport. ``slices_api`` speaks to the ResourceSlice, Node and version endpoints, ``claims_api``

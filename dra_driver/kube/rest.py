@@ -4,9 +4,9 @@ Used by ``dra_driver.kube.slices_api`` (ResourceSlices, Nodes, version), ``claim
 (ResourceClaims, Events), ``claim_status_api`` and ``explain_api``. Requests and answers are plain
 JSON (dicts): nothing goes through a client's generated models, so fields a client does not know
 (newer servers, alpha features) are neither dropped on read nor stripped on write. The connection
-(``dra_driver.kube.connection``) is urllib3's pool with the credentials ``dra_driver.kube.client``
-loaded. Every failure, HTTP or transport, surfaces as one exception type, ``KubeApiError``, so
-callers never see ``urllib3`` exception classes.
+(``dra_driver.kube.connection``) is a pool of ``http.client`` connections with the credentials
+``dra_driver.kube.client`` loaded. Every failure, HTTP or transport, surfaces as one exception
+type, ``KubeApiError``, so callers never see socket or ``http.client`` exception classes.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ import json
 from typing import Any
 from urllib.parse import urlencode
 
-import urllib3
-
 from dra_driver.core.api_errors import ApiError
-from dra_driver.kube.connection import ApiConnection
+from dra_driver.kube.connection import TRANSPORT_ERRORS, ApiConnection, Timeouts
+
+__all__ = ["CONNECT_TIMEOUT_S", "JSON", "TRANSPORT_ERRORS", "KubeApiError", "RestApi", "error_of"]
 
 JSON = "application/json"
 CONNECT_TIMEOUT_S = 5.0
-TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 class KubeApiError(ApiError):
@@ -49,14 +48,14 @@ class RestApi:
         """Raw requests on ``conn``.
 
         They time out after ``CONNECT_TIMEOUT_S`` to connect and ``request_timeout_s`` to read, or,
-        with ``total_timeout_s``, after that many seconds for connect and read together (a retry
-        of a request that never reached the server counts within it).
+        with ``total_timeout_s``, after that many seconds to connect and that many to read (each
+        attempt to connect counts on its own).
         """
         self._conn = conn
         self._timeout = (
-            urllib3.Timeout(total=total_timeout_s)
+            Timeouts(connect=min(CONNECT_TIMEOUT_S, total_timeout_s), read=total_timeout_s)
             if total_timeout_s is not None
-            else urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=request_timeout_s)
+            else Timeouts(connect=CONNECT_TIMEOUT_S, read=request_timeout_s)
         )
 
     def send(
@@ -69,7 +68,7 @@ class RestApi:
         read_timeout_s: float | None = None,
         content_type: str = JSON,
     ) -> Any:
-        """Send one request; return the raw urllib3 response (not yet read), status unchecked.
+        """Send one request; return the ``connection.Response`` (body not yet read), status unchecked.
 
         ``content_type`` names the body's kind (a PATCH's: ``application/apply-patch+yaml`` for
         server-side apply); the body is sent as JSON either way (JSON is YAML).
@@ -80,12 +79,9 @@ class RestApi:
             headers["Content-Type"] = content_type
             data = json.dumps(body, separators=(",", ":")).encode()
         target = path + ("?" + urlencode(query) if query else "")
-        timeout = self._timeout if read_timeout_s is None else urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=read_timeout_s)
+        timeout = self._timeout if read_timeout_s is None else Timeouts(connect=CONNECT_TIMEOUT_S, read=read_timeout_s)
         try:
             return self._conn.request(method, target, body=data, headers=headers, timeout=timeout)
-        except urllib3.exceptions.MaxRetryError as exc:  # the last attempt's error says what happened
-            reason = exc.reason or exc
-            raise KubeApiError(0, type(reason).__name__, str(reason)) from exc
         except TRANSPORT_ERRORS as exc:
             raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
 

@@ -105,7 +105,7 @@ class KubeSliceApi:
     @staticmethod
     def _events(raw: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         buf = b""
-        for chunk in raw.stream(65536, decode_content=True):
+        for chunk in raw.stream(65536):
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)

@@ -10,10 +10,13 @@ proxy decision, the fallback to the ``kubernetes`` loader for exec credential pl
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import socket
 import ssl
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +35,7 @@ from tests.webhookcerts import Certs, make_certs
 @dataclass
 class Seen:
     requests: list[dict[str, Any]] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -50,16 +54,24 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     seen = Seen()
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive
+
         def do_GET(self) -> None:
             peer = self.connection.getpeercert()
             cn = dict(x[0] for x in peer["subject"])["commonName"] if peer else ""
             seen.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "cn": cn})
+            seen.ports.append(self.client_address[1])
+            if self.path.startswith("/slow"):
+                time.sleep(1.0)
+            if self.path.startswith("/close"):
+                self.close_connection = True
             body = json.dumps({"kind": "Namespace", "metadata": {"name": "default"}, "path": self.path}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            with contextlib.suppress(OSError):  # the client of /slow gave up and closed
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -142,8 +154,7 @@ def test_a_server_the_ca_did_not_sign_is_refused(server: Server, tmp_path: Path)
 
 def test_insecure_skip_tls_verify_is_honoured(server: Server, tmp_path: Path) -> None:
     cfg = _kubeconfig(tmp_path / "kubeconfig", {"server": server.url, "insecure-skip-tls-verify": True}, {"token": "x"})
-    with pytest.warns(Warning, match="Unverified HTTPS request"):  # urllib3 says so on every such request
-        assert _get(load_api_client(str(cfg)), server)["auth"] == "Bearer x"
+    assert _get(load_api_client(str(cfg)), server)["auth"] == "Bearer x"
 
 
 def test_the_service_account_is_read_in_a_pod_and_its_rotated_token_is_reread(
@@ -235,3 +246,79 @@ def test_the_proxy_is_decided_once_from_the_environment(monkeypatch: pytest.Monk
     assert _proxy_for("https://kubernetes.default.svc") is None
     monkeypatch.delenv("https_proxy")
     assert _proxy_for("https://api.example:6443") is None
+
+
+def _token_kubeconfig(server: Server, tmp_path: Path) -> Path:
+    return _kubeconfig(
+        tmp_path / "kubeconfig", {"server": server.url, "certificate-authority": str(server.certs.ca)}, {"token": "k"}
+    )
+
+
+def test_connections_are_kept_alive_and_one_the_server_closed_is_replaced(server: Server, tmp_path: Path) -> None:
+    rest = RestApi(load_api_client(str(_token_kubeconfig(server, tmp_path))))
+    before = len(server.seen.ports)
+    for _ in range(3):
+        rest.call("GET", "/a")
+    assert len(set(server.seen.ports[before:])) == 1  # one TCP connection for all three
+    rest.call("GET", "/close")  # the server closes it after answering
+    rest.call("GET", "/b")
+    assert server.seen.ports[-1] != server.seen.ports[-2]
+    assert [r["path"] for r in server.seen.requests[-2:]] == ["/close", "/b"]
+
+
+def test_a_read_timeout_names_the_server_and_the_wait(server: Server, tmp_path: Path) -> None:
+    rest = RestApi(load_api_client(str(_token_kubeconfig(server, tmp_path))), total_timeout_s=0.3)
+    with pytest.raises(KubeApiError, match=rf"no answer from the API server at {server.url} within 0.3s"):
+        rest.call("GET", "/slow")
+
+
+def test_an_unreachable_server_is_a_clear_transport_error(tmp_path: Path) -> None:
+    cfg = _kubeconfig(tmp_path / "kubeconfig", {"server": "https://127.0.0.1:1"}, {"token": "k"})
+    with pytest.raises(KubeApiError, match="Connection refused") as err:
+        RestApi(load_api_client(str(cfg))).call("GET", "/version")
+    assert err.value.status == 0
+
+
+def test_an_https_proxy_from_the_environment_tunnels_to_the_server(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTPS_PROXY names an HTTP proxy: the request goes through its CONNECT tunnel, TLS end to end."""
+    tunnels: list[str] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def proxy() -> None:
+        client, _ = listener.accept()
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += client.recv(4096)
+        target = head.split(b" ")[1].decode()
+        tunnels.append(target)
+        host, port = target.rsplit(":", 1)
+        upstream = socket.create_connection((host, int(port)))
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        other = threading.Thread(target=pipe, args=(client, upstream), daemon=True)
+        other.start()
+        pipe(upstream, client)
+        other.join(5)
+        client.close()
+        upstream.close()
+
+    proxying = threading.Thread(target=proxy, daemon=True)
+    proxying.start()
+    monkeypatch.setenv("https_proxy", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    conn = load_api_client(str(_token_kubeconfig(server, tmp_path)))
+    assert conn.proxy is not None
+    assert _get(conn, server)["auth"] == "Bearer k"
+    assert tunnels == [server.url.removeprefix("https://")]
+    conn.close()  # ends the tunnel
+    proxying.join(5)
+    listener.close()

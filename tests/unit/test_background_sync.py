@@ -1,0 +1,79 @@
+"""Checkpoint writes are fsynced shortly after, off the caller's thread, coalesced, and at once on flush."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from dra_driver.core.checkpoint import Checkpoint, ClaimEntry, ClaimState
+from dra_driver.files import background_sync
+from dra_driver.files.background_sync import BackgroundSync
+from dra_driver.files.checkpoint_store import CheckpointStore
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every fsync, by what was synced (a file's name, or "dir <name>")."""
+    seen: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        seen.append(f"dir {path.name}" if path.is_dir() else path.name)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+def wait_idle(sync: BackgroundSync, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while sync._thread is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sync._thread is None, "the sync thread should end once nothing is pending"
+
+
+def test_a_marked_file_and_its_directory_are_fsynced_soon_and_the_thread_ends(tmp_path: Path, fsyncs: list[str]) -> None:
+    f = tmp_path / "a.json"
+    f.write_text("{}")
+    sync = BackgroundSync(delay_s=0.05)
+    sync.mark(f)
+    assert fsyncs == []  # not on the caller's thread
+    wait_idle(sync)
+    assert fsyncs == ["a.json", f"dir {tmp_path.name}"]
+
+
+def test_writes_within_one_delay_share_one_fsync(tmp_path: Path, fsyncs: list[str]) -> None:
+    f = tmp_path / "a.json"
+    sync = BackgroundSync(delay_s=0.3)
+    for i in range(20):
+        f.write_text(str(i))
+        sync.mark(f)
+    wait_idle(sync)
+    assert fsyncs.count("a.json") == 1
+
+
+def test_flush_syncs_at_once_and_a_removed_file_is_skipped(tmp_path: Path, fsyncs: list[str]) -> None:
+    kept, gone = tmp_path / "kept", tmp_path / "gone"
+    kept.write_text("1")
+    gone.write_text("2")
+    sync = BackgroundSync(delay_s=60)
+    sync.mark(kept)
+    sync.mark(gone)
+    gone.unlink()
+    sync.flush()
+    assert fsyncs == ["kept", f"dir {tmp_path.name}"]
+
+
+def test_a_checkpoint_save_returns_before_its_fsync_and_flush_makes_it_durable(tmp_path: Path, fsyncs: list[str]) -> None:
+    store = CheckpointStore(tmp_path, "boot-1")
+    assert store.sync._delay == background_sync.SYNC_DELAY_S
+    store.sync = BackgroundSync(delay_s=60.0)  # so that only flush can sync
+    store.save(Checkpoint("boot-1").with_claim("u1", ClaimEntry(ClaimState.PREPARE_COMPLETED, "ns", "c")))
+    assert fsyncs == []
+    store.flush()
+    assert fsyncs == ["checkpoint.json", f"dir {tmp_path.name}"]
+    assert set(store.load().checkpoint.claims) == {"u1"}
