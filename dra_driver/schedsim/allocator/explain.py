@@ -20,7 +20,7 @@ from dra_driver.core.quantity import QuantityError
 from dra_driver.schedsim.allocator.candidates import explain_request
 from dra_driver.schedsim.allocator.model import AllocatedState, Candidate, NodeOutcome, claim_key, claim_requests
 from dra_driver.schedsim.allocator.objects import read_allocated, read_claim, read_class, read_node_labels, read_slice
-from dra_driver.schedsim.allocator.pools import gather_pools
+from dra_driver.schedsim.allocator.pools import SliceIndex, gather_pools
 from dra_driver.schedsim.allocator.simulate import SEARCH_BUDGET_S, NodeAllocator
 from dra_driver.schedsim.allocator.validate import (
     MAX_ALLOCATED_CLAIMS,
@@ -168,9 +168,10 @@ def _simulate(
     outcomes: list[NodeOutcome] = []
     cands: dict[tuple[int, str], list[Candidate]] = {}
     deadline = time.monotonic() + SEARCH_BUDGET_S
+    index = SliceIndex(slices, rules)
     for node in nodes_of(slices, node_labels):
         labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
-        pools = gather_pools(slices, node, labels, rules)
+        pools = gather_pools(slices, node, labels, rules, index)
         outcomes.append(NodeAllocator(pending, classes, pools, state, node, labels=labels, deadline=deadline, rules=rules).run())
         probe = NodeAllocator(pending, classes, pools, state, node, labels=labels, rules=rules)
         for ci, c in enumerate(pending):
@@ -198,6 +199,7 @@ def _blame_constraints(
     nodes = nodes_of(slices, node_labels)
     out: dict[int, str] = {}
     deadline = time.monotonic() + SEARCH_BUDGET_S
+    index = SliceIndex(slices, rules)
     for ci, c in enumerate(pending):
         devices = (c.get("spec") or {}).get("devices") or {}
         constraints = devices.get("constraints") or []
@@ -206,7 +208,7 @@ def _blame_constraints(
         loose = [*pending[:ci], {**c, "spec": {**c["spec"], "devices": {**devices, "constraints": []}}}, *pending[ci + 1 :]]
         for node in nodes:
             labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
-            pools = gather_pools(slices, node, labels, rules)
+            pools = gather_pools(slices, node, labels, rules, index)
             allocator = NodeAllocator(loose, classes, pools, state, node, labels=labels, deadline=deadline, rules=rules)
             if allocator.run().results is not None:
                 why = f"no free devices satisfy {_describe(constraints)}"

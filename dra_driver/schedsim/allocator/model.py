@@ -5,6 +5,7 @@ Called by ``simulate.py`` (pools, requests, allocated state) and ``dra-gpu expla
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,9 +16,19 @@ DeviceID = tuple[str, str, str]  # driver, pool, device
 
 
 def qty(value: Any) -> Quantity:
-    """A quantity from API JSON (string or number); an unparsable one counts as zero."""
+    """A quantity from API JSON (string or number); an unparsable one counts as zero.
+
+    Parsed once per distinct text: the allocator reads the same counters and capacities for
+    every device of every node. The result is shared, so it must not be changed in place (the
+    arithmetic returns new quantities).
+    """
+    return _qty_text(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _qty_text(text: str) -> Quantity:
     try:
-        return parse_quantity(str(value))
+        return parse_quantity(text)
     except QuantityError:
         return parse_quantity("0")
 

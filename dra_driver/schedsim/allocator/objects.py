@@ -36,6 +36,7 @@ from dra_driver.schedsim.allocator.validate import (
     MAX_TOLERATIONS,
     MAX_VALID_VALUES,
     Reader,
+    plain_quantity,
     show,
 )
 
@@ -96,6 +97,9 @@ def node_selector(r: Reader, v: Any, path: str) -> dict[str, Any] | None:
 def _counters(r: Reader, v: Any, path: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, c in r.obj(v, path, MAX_COUNTERS_PER_SET).items():
+        if type(c) is dict and len(c) == 1 and plain_quantity(c.get("value")):  # the usual {"value": "1"}
+            out[name] = {"value": c["value"]}
+            continue
         cm = r.obj(c, f"{path}.{name}")
         counter: dict[str, Any] = {}
         _put(counter, "value", r.quantity(cm.get("value"), f"{path}.{name}.value"))
@@ -119,6 +123,17 @@ def _attributes(r: Reader, v: Any, path: str) -> tuple[dict[str, Any], int]:
     out: dict[str, Any] = {}
     values = 0
     for name, a in r.obj(v, path, MAX_ATTRIBUTES_AND_CAPACITIES).items():
+        if type(a) is dict and len(a) == 1:  # the usual form, one scalar: copied as the loop below would
+            ((kind, x),) = a.items()
+            tx = type(x)
+            if (
+                ((kind == "string" or kind == "version") and tx is str and len(x) <= MAX_ATTRIBUTE_VALUE_LENGTH)
+                or (kind == "int" and tx is int and -(2**63) <= x < 2**63)
+                or (kind == "bool" and tx is bool)
+            ):
+                out[name] = {kind: x}
+                values += 1
+                continue
         ap = f"{path}.{name}"
         am = r.obj(a, ap)
         attr: dict[str, Any] = {}
@@ -138,6 +153,9 @@ def _attributes(r: Reader, v: Any, path: str) -> tuple[dict[str, Any], int]:
 def _capacities(r: Reader, v: Any, path: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, c in r.obj(v, path, MAX_ATTRIBUTES_AND_CAPACITIES).items():
+        if type(c) is dict and len(c) == 1 and plain_quantity(c.get("value")):  # the usual {"value": "80Gi"}
+            out[name] = {"value": c["value"]}
+            continue
         cp = f"{path}.{name}"
         cm = r.obj(c, cp)
         cap: dict[str, Any] = {}

@@ -114,6 +114,7 @@ class NodeAllocator:
         # Per pool ID (driver, pool); before 1.37 per pool name (the driver left empty).
         self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self.available_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
+        self._negative_counters: dict[tuple[str, str], list[tuple[str, str]]] = {}  # overdrawn (cs, counter) per pool
         self.results: list[list[Result]] = [[] for _ in claims]
         self.constraints: list[list[Constraint]] = []
         self.all_devices: dict[tuple[int, int, int], list[tuple[Pool, Mapping[str, Any], Mapping[str, Any]]]] = {}
@@ -337,12 +338,39 @@ class NodeAllocator:
                             if n in cset:
                                 cset[n] = cset[n].sub(qty(c.get("value")))
             self.available_counters[pkey] = avail
+            self._negative_counters[pkey] = [(cs, n) for cs, cnt in avail.items() for n, v in cnt.items() if v.sign() < 0]
         consumed = self.consumed_counters.setdefault(pkey, {})
         self._counters_add(consumed, d, +1)
-        ok = all(v.cmp(consumed.get(cs, {}).get(n, qty("0"))) >= 0 for cs, cnt in avail.items() for n, v in cnt.items())
+        ok = self._counters_cover(avail, consumed, self._negative_counters[pkey])
         if not ok or not reserve:
             self._counters_add(consumed, d, -1)
         return ok
+
+    @staticmethod
+    def _counters_cover(
+        avail: dict[str, dict[str, Quantity]], consumed: dict[str, dict[str, Quantity]], negative: list[tuple[str, str]]
+    ) -> bool:
+        """Every available counter of the pool covers what this attempt consumes of it (Go compares them all).
+
+        A counter nothing consumes (or that the attempt consumes nothing of, any more) needs only
+        to be non-negative, so besides the consumed ones only the pool's ``negative`` counters
+        (already overdrawn by the cluster) are compared.
+        """
+        for cs, cnt in consumed.items():
+            have = avail.get(cs)
+            if have is None:
+                continue
+            for n, v in cnt.items():
+                if v.unscaled <= 0:  # a >= v unless a < 0: the negative counters are compared below
+                    continue
+                a = have.get(n)
+                if a is not None and (a.unscaled < v.unscaled if a.exp == v.exp else a.cmp(v) < 0):
+                    return False
+        for cs, n in negative:
+            used = consumed.get(cs, {}).get(n)
+            if used is None or avail[cs][n].cmp(used) < 0:
+                return False
+        return True
 
     @staticmethod
     def _counters_add(consumed: dict[str, dict[str, Quantity]], d: Mapping[str, Any], sign: int) -> None:

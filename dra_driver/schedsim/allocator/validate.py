@@ -94,6 +94,11 @@ def _quantity_error(text: str) -> str | None:
     return None
 
 
+def plain_quantity(v: Any) -> bool:
+    """``v`` is a string :meth:`Reader.quantity` takes as it is: what the fast paths of the readers copy directly."""
+    return type(v) is str and len(v) <= MAX_STRING_LENGTH and _quantity_error(v) is None
+
+
 class Reader:
     """Type checks for the fields of one object; every failure names ``label`` and the field's path."""
 
@@ -110,12 +115,12 @@ class Reader:
         """An object (null or absent reads as empty); its keys must be strings."""
         if v is None:
             return {}
-        if not isinstance(v, Mapping):
+        if type(v) is not dict and not isinstance(v, Mapping):
             self.fail(path, f"must be an object, not {_kind(v)}")
         if limit is not None and len(v) > limit:
             self.fail(path, f"{len(v)} entries, at most {limit} allowed")
         for k in v:
-            if not isinstance(k, str):
+            if type(k) is not str and not isinstance(k, str):
                 self.fail(path, f"keys must be strings, not {_kind(k)}")
             if len(k) > MAX_NAME_LENGTH:
                 self.fail(path, f"key {show(k)} is longer than {MAX_NAME_LENGTH} characters")

@@ -196,18 +196,27 @@ class DeviceView:
     def of(device: Mapping[str, Any], driver: str) -> DeviceView:
         """Split ``device`` (API JSON) for ``driver``."""
         attrs: dict[str, dict[str, Any]] = {}
-        for name, attr in (device.get("attributes") or {}).items():
-            d, i = _split(name, driver)
-            attrs.setdefault(d, {})[i] = _attr_key(attr)
         error = None
         for name, attr in (device.get("attributes") or {}).items():
-            error = error or _attribute_error(name, attr)
+            d, i = name.split("/", 1) if "/" in name else (driver, name)
+            if type(attr) is dict and len(attr) == 1:  # the usual form, {"string": "..."}: no detour
+                ((kind, value),) = attr.items()
+                tv = type(value)
+                if tv is str or tv is int or tv is bool or tv is float:
+                    attrs.setdefault(d, {})[i] = (kind, value)
+                    if error is None and kind not in _PLAIN_KINDS:
+                        error = _attribute_error(name, attr)
+                    continue
+            attrs.setdefault(d, {})[i] = _attr_key(attr)
+            if error is None:
+                error = _attribute_error(name, attr)
         caps: dict[str, dict[str, Any]] = {}
         for name, cap in (device.get("capacity") or {}).items():
-            d, i = _split(name, driver)
+            d, i = name.split("/", 1) if "/" in name else (driver, name)
             value = cap.get("value") if isinstance(cap, Mapping) else cap
             caps.setdefault(d, {})[i] = value
-            error = error or _capacity_error(name, value)
+            if error is None:
+                error = _capacity_error(name, value)
         return DeviceView(device, driver, attrs, caps, bool(device.get("allowMultipleAllocations", False)), error)
 
     def value(self) -> dict[str, Any]:
@@ -244,6 +253,9 @@ def _quantity_error(text: str) -> str | None:
     except QuantityError as err:
         return str(err)
     return None
+
+
+_PLAIN_KINDS = frozenset({"int", "bool", "string"})  # attribute kinds that always convert
 
 
 def _attribute_error(name: str, attr: Any) -> str | None:
