@@ -75,6 +75,7 @@ def _plain(v: Any) -> Any:
 
 
 def inventory(out: Path) -> dict[str, float]:
+    """Write the slices of each MIG strategy; the seconds each took."""
     from dra_driver.appkit.inventory import node_publication
     from dra_driver.core.driver import DEFAULT_DRIVER_NAME
     from dra_driver.core.mig import MigStrategy
@@ -101,6 +102,7 @@ def inventory(out: Path) -> dict[str, float]:
 
 
 def profiles(n: Any) -> list[dict[str, Any]]:
+    """Each GPU's GPU instance profiles and placements as NVML reports them."""
     gpus = []
     for i in range(n.nvmlDeviceGetCount()):
         h = n.nvmlDeviceGetHandleByIndex(i)
@@ -127,6 +129,7 @@ def profiles(n: Any) -> list[dict[str, Any]]:
 
 
 def calls(n: Any) -> dict[str, Any]:
+    """The health and utilization queries on GPU 0, each ok or its error."""
     out: dict[str, Any] = {}
     h = n.nvmlDeviceGetHandleByIndex(0)
     for name, args in [
@@ -160,6 +163,7 @@ def calls(n: Any) -> dict[str, Any]:
 
 
 def cdi() -> dict[str, Any]:
+    """The device nodes a claim's CDI spec names, and whether each exists."""
     from dra_driver.core.prepare import CONTROL_DEVICE_NODES
 
     nodes = sorted({*map(str, Path("/dev").glob("nvidia[0-9]*")), *CONTROL_DEVICE_NODES})
@@ -173,6 +177,7 @@ def cdi() -> dict[str, Any]:
 
 
 def main() -> int:
+    """Run every check into the folder named by the first argument."""
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     refused = _guard()
@@ -191,9 +196,13 @@ def main() -> int:
     (out / "cdi.json").write_text(json.dumps(cdi(), indent=1))
     smi = shutil.which("nvidia-smi")
     if smi:
-        (out / "nvidia-smi-q.xml").write_text(subprocess.run([smi, "-q", "-x"], capture_output=True, text=True, timeout=60).stdout)
+        (out / "nvidia-smi-q.xml").write_text(
+            subprocess.run([smi, "-q", "-x"], check=False, capture_output=True, text=True, timeout=60).stdout
+        )
         fields = "name,uuid,pci.bus_id,memory.total,driver_version,compute_cap,mig.mode.current,mig.mode.pending"
-        q = subprocess.run([smi, f"--query-gpu={fields}", "--format=csv"], capture_output=True, text=True, timeout=60)
+        q = subprocess.run(
+            [smi, f"--query-gpu={fields}", "--format=csv"], check=False, capture_output=True, text=True, timeout=60
+        )
         (out / "nvidia-smi-query.csv").write_text(q.stdout + q.stderr)
     print(json.dumps(timings))
     return 0
