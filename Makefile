@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: all venv k8s images lint check-protos protos unit integration e2e test demo bench fuzz soak clean
+.PHONY: all venv k8s images lint check-protos protos unit integration e2e test demo bench bench-scale fuzz soak clean
 
 all: test
 
@@ -90,6 +90,12 @@ bench: venv k8s $(PRODUCT_STAMP)
 	$(VENV)/bin/python -m bench.selectors
 	# vs the Go reference driver (peer column empty without Go/peer source)
 	$(VENV)/bin/python -m bench.peer --plugin-python $(PRODUCT_VENV)/bin/python
+
+# The real kube-scheduler over 100 and 500 fake nodes publishing 8-GPU pools (full GPUs, dynamic
+# MIG): scheduling throughput, steady-state API writes, explain's time (bench/cluster_scale/,
+# about 40 minutes on 2 cores; --nodes/--layouts/--pods to narrow it).
+bench-scale: venv k8s
+	$(VENV)/bin/python -m bench.cluster_scale $(BENCH_SCALE_ARGS)
 
 # Minutes of kubelet traffic against the plugin while it is killed, the API server paused and the
 # checkpoint corrupted; prints the counts and every invariant violation (bench/soak/).

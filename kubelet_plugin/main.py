@@ -13,6 +13,7 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import structlog
@@ -149,6 +150,23 @@ def _shutdown(servers: _Servers, publisher_thread: threading.Thread | None) -> N
         publisher_thread.join(timeout=5.0)
 
 
+def _start_publisher(
+    settings: Settings, api_client: Any, link: ApiLink, publication: Publication, stop: threading.Event
+) -> threading.Thread:
+    """The node's ResourceSlice publisher, on a thread of its own until ``stop``."""
+    from dra_driver.appkit.publisher import SlicePublisher
+    from dra_driver.kube.slices_api import KubeSliceApi
+
+    def refused(message: str) -> None:
+        link.notify(Notice("DevicesNotPublished", message, warning=True))
+
+    publisher = SlicePublisher(KubeSliceApi(api_client), settings.driver_name, settings.node_name, on_refusal=refused)
+    publisher.set_devices(list(publication.devices), list(publication.counter_sets))
+    thread = threading.Thread(target=publisher.run, args=(stop,), name="slice-publisher", daemon=True)
+    thread.start()
+    return thread
+
+
 def _gc_loop(state: DeviceState, interval_s: float, stop: threading.Event) -> None:
     """Every ``interval_s``: unprepare claims whose ResourceClaim is gone. Never raises."""
     while not stop.wait(interval_s):
@@ -184,51 +202,46 @@ def run(settings: Settings, stop: threading.Event) -> int:
     # (every placement, carved or not) does not list; static instances are never touched.
     publication = node_publication(gpus, settings.mig, backend, consumable=settings.consumable)
     state = _build_state(settings, gpus, publication, backend, link, boot_id=boot_id)
-    state.startup()
-    for note in publication.notes:
-        log.warning("publication_note", note=note)
-    log.info(
-        "devices_published",
-        mig=settings.mig.value,
-        devices=len(publication.devices),
-        counter_sets=len(publication.counter_sets),
-    )
-    status = _status_reporter(settings, link)
-    servers = _start_servers(settings, state, status)
     try:
-        api_client = link.wait()  # loaded while the sockets came up; a bad kubeconfig still fails start-up
-    except Exception:
-        _shutdown(servers, None)
-        raise
-    gc_thread: threading.Thread | None = None
-    if settings.gc_interval_s > 0:
-        gc_thread = threading.Thread(target=_gc_loop, args=(state, settings.gc_interval_s, stop), name="claim-gc", daemon=True)
-        gc_thread.start()
+        state.startup()
+        for note in publication.notes:
+            log.warning("publication_note", note=note)
+        log.info(
+            "devices_published",
+            mig=settings.mig.value,
+            devices=len(publication.devices),
+            counter_sets=len(publication.counter_sets),
+        )
+        status = _status_reporter(settings, link)
+        servers = _start_servers(settings, state, status)
+        try:
+            api_client = link.wait()  # loaded while the sockets came up; a bad kubeconfig still fails start-up
+        except Exception:
+            _shutdown(servers, None)
+            raise
+        gc_thread: threading.Thread | None = None
+        if settings.gc_interval_s > 0:
+            gc_thread = threading.Thread(
+                target=_gc_loop, args=(state, settings.gc_interval_s, stop), name="claim-gc", daemon=True
+            )
+            gc_thread.start()
 
-    publisher_thread: threading.Thread | None = None
-    if state.refusal is not None:
-        # Serve (every call answers the refusal; no crash loop) but offer no devices to schedule.
-        log.error("plugin_refusing", reason=state.refusal, publishing=False)
-    elif settings.publish_slices:
-        from dra_driver.appkit.publisher import SlicePublisher
-        from dra_driver.kube.slices_api import KubeSliceApi
+        publisher_thread: threading.Thread | None = None
+        if state.refusal is not None:
+            # Serve (every call answers the refusal; no crash loop) but offer no devices to schedule.
+            log.error("plugin_refusing", reason=state.refusal, publishing=False)
+        elif settings.publish_slices:
+            publisher_thread = _start_publisher(settings, api_client, link, publication, stop)
 
-        def refused(message: str) -> None:
-            link.notify(Notice("DevicesNotPublished", message, warning=True))
-
-        publisher = SlicePublisher(KubeSliceApi(api_client), settings.driver_name, settings.node_name, on_refusal=refused)
-        publisher.set_devices(list(publication.devices), list(publication.counter_sets))
-        publisher_thread = threading.Thread(target=publisher.run, args=(stop,), name="slice-publisher", daemon=True)
-        publisher_thread.start()
-
-    log.info("plugin_started")
-    stop.wait()
-    log.info("plugin_stopping")
-    _shutdown(servers, publisher_thread)
-    state.close()
-    if status is not None:
-        status.stop()
-    return 0
+        log.info("plugin_started")
+        stop.wait()
+        log.info("plugin_stopping")
+        _shutdown(servers, publisher_thread)
+        if status is not None:
+            status.stop()
+        return 0
+    finally:
+        state.close()  # the last checkpoint write durable; any later one durable as it is made
 
 
 def main(argv: list[str] | None = None) -> int:

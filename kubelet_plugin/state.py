@@ -494,8 +494,8 @@ class DeviceState:
         return done
 
     def close(self) -> None:
-        """Make the last checkpoint write durable now (shutdown)."""
-        self._store.flush()
+        """Make the last checkpoint write durable now, and every later one as it is made (shutdown)."""
+        self._store.close()
 
     def prepared_claims(self) -> Mapping[str, ClaimEntry]:
         """The checkpoint's claims (for status and tests)."""

@@ -4,8 +4,10 @@ Used by ``dra_driver.files.checkpoint_store``: a checkpoint write replaces the f
 (``dra_driver.files.atomic``) and marks it here; within ``SYNC_DELAY_S`` the file and its directory
 are fsynced, so no NodePrepareResources call waits for the disk, and writes that land within one
 delay share one fsync. What an unsynced write risks is a power loss inside that window, and what
-that costs is written in ``dra_driver.files.atomic``. ``flush`` syncs at once (the plugin calls it
-on shutdown). The thread starts with the first mark and ends when nothing is left to sync.
+that costs is written in ``dra_driver.files.atomic``. ``flush`` syncs at once, waiting for a batch
+the thread is syncing; ``close`` flushes and makes every later mark sync on the caller's thread
+(the plugin's shutdown: a call still finishing after it is durable before it returns). The thread
+starts with the first mark and ends when nothing is left to sync.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class BackgroundSync:
         self._cv = threading.Condition()
         self._pending: dict[Path, None] = {}
         self._thread: threading.Thread | None = None
+        self._syncing = threading.Lock()
+        """Held while a batch is fsynced, so that ``flush`` waits for one in progress."""
+        self._closed = False
         self.synced = 0
         """How many files were fsynced (for tests)."""
 
@@ -39,15 +44,30 @@ class BackgroundSync:
         """``path`` was just replaced: fsync it (and its directory) within the delay."""
         with self._cv:
             self._pending[path] = None
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="fsync", daemon=True)
-                self._thread.start()
+            inline = self._closed
+            if not inline and self._thread is None:
+                thread = threading.Thread(target=self._run, name="fsync", daemon=True)
+                try:
+                    thread.start()
+                    self._thread = thread
+                except RuntimeError as err:  # no thread to be had: durable now instead
+                    log.error("fsync_thread_failed", error=str(err))
+                    inline = True
+        if inline:
+            self.flush()
 
     def flush(self) -> None:
-        """Fsync everything marked so far now, on the caller's thread."""
+        """Fsync everything marked so far now, on the caller's thread (after a batch in progress)."""
         with self._cv:
             pending, self._pending = list(self._pending), {}
-        self._sync(pending)
+        with self._syncing:
+            self._sync(pending)
+
+    def close(self) -> None:
+        """Flush, and from now on fsync each mark before it returns (shutdown)."""
+        with self._cv:
+            self._closed = True
+        self.flush()
 
     def _run(self) -> None:
         while True:
@@ -57,7 +77,11 @@ class BackgroundSync:
                 if not pending:
                     self._thread = None
                     return
-            self._sync(pending)
+            try:
+                with self._syncing:
+                    self._sync(pending)
+            except Exception as err:  # noqa: BLE001 - the thread must outlive any one batch, or later writes go unsynced
+                log.error("fsync_failed", error=f"{type(err).__name__}: {err}")
 
     def _sync(self, paths: list[Path]) -> None:
         dirs: dict[Path, None] = {}

@@ -228,6 +228,6 @@ class CheckpointStore:
         self.sync.mark(self.path)
         self._remember(cp)
 
-    def flush(self) -> None:
-        """Fsync the last write now (the plugin's shutdown)."""
-        self.sync.flush()
+    def close(self) -> None:
+        """Fsync the last write now, and every later one before ``save`` returns (the plugin's shutdown)."""
+        self.sync.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import select
 import socket
 import ssl
 import threading
@@ -194,6 +195,8 @@ class ApiConnection:
             proxy = _proxy_for(self.server)
         self.proxy = proxy
         self._proxy = urlsplit(proxy if "://" in (proxy or "") else f"http://{proxy}") if proxy else None
+        if self._proxy is not None and (self._proxy.scheme != "http" or not self._proxy.hostname):
+            raise ValueError(f"proxy {proxy!r} is not supported: only http:// proxies are (CONNECT tunnels for https)")
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         weakref.finalize(self, _close_all, self._idle)  # a pool dropped unclosed leaves no open socket
@@ -213,8 +216,13 @@ class ApiConnection:
         return conn
 
     def _get(self) -> http.client.HTTPConnection | None:
-        with self._lock:
-            return self._idle.pop() if self._idle else None
+        """An idle connection the server has not closed meanwhile (as urllib3 checks), or None."""
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None or not _dropped(conn):
+                return conn
+            conn.close()
 
     def _put(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
@@ -245,11 +253,11 @@ class ApiConnection:
                 conn = self._new(timeout.connect)
                 try:
                     conn.connect()
-                except TRANSPORT_ERRORS:
+                except TRANSPORT_ERRORS as err:
                     conn.close()
                     connects += 1
-                    if connects >= CONNECT_ATTEMPTS:
-                        raise
+                    if isinstance(err, ssl.SSLError) or connects >= CONNECT_ATTEMPTS:  # a refused certificate stays refused
+                        raise self._connect_error(err, timeout.connect) from err
                     time.sleep(0.05 * connects)
                     continue
             sent = False
@@ -263,7 +271,7 @@ class ApiConnection:
                 conn.close()
                 if reused and (not sent or method in IDEMPOTENT):
                     continue  # the server closed it while it sat idle
-                raise ConnectionError(f"{self.server}: {err or type(err).__name__}") from err
+                raise ConnectionError(f"{self.server}: {str(err) or type(err).__name__}") from err
             except TimeoutError as err:
                 conn.close()
                 raise TimeoutError(f"no answer from the API server at {self.server} within {timeout.read:g}s") from err
@@ -272,10 +280,34 @@ class ApiConnection:
                 raise
             return Response(self, conn, resp)
 
+    def _connect_error(self, err: BaseException, connect_s: float) -> Exception:
+        """``err`` from connecting, as an error of its kind that names the server."""
+        if isinstance(err, TimeoutError):
+            return TimeoutError(f"could not connect to the API server at {self.server} within {connect_s:g}s")
+        what = str(err) or type(err).__name__
+        if isinstance(err, ssl.SSLError):
+            return ssl.SSLError(f"TLS with the API server at {self.server} failed: {what}")
+        if isinstance(err, OSError):
+            return ConnectionError(f"could not connect to the API server at {self.server}: {what}")
+        return ValueError(f"could not connect to the API server at {self.server}: {what}")
+
     def close(self) -> None:
         """Close every idle connection."""
         with self._lock:
             _close_all(self._idle)
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """The idle connection is closed, or the server closed (or wrote to) it while it sat idle."""
+    sock = conn.sock
+    if sock is None:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))  # readable while idle: end of stream, a TLS close, or stray bytes
+    except (OSError, ValueError):
+        return True
 
 
 def _close_all(conns: list[http.client.HTTPConnection]) -> None:

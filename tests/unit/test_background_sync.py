@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -68,12 +69,59 @@ def test_flush_syncs_at_once_and_a_removed_file_is_skipped(tmp_path: Path, fsync
     assert fsyncs == ["kept", f"dir {tmp_path.name}"]
 
 
-def test_a_checkpoint_save_returns_before_its_fsync_and_flush_makes_it_durable(tmp_path: Path, fsyncs: list[str]) -> None:
+def test_a_checkpoint_save_returns_before_its_fsync_and_close_makes_it_durable(tmp_path: Path, fsyncs: list[str]) -> None:
     store = CheckpointStore(tmp_path, "boot-1")
     assert store.sync._delay == background_sync.SYNC_DELAY_S
     store.sync = BackgroundSync(delay_s=60.0)  # so that only flush can sync
     store.save(Checkpoint("boot-1").with_claim("u1", ClaimEntry(ClaimState.PREPARE_COMPLETED, "ns", "c")))
     assert fsyncs == []
-    store.flush()
+    store.close()
     assert fsyncs == ["checkpoint.json", f"dir {tmp_path.name}"]
     assert set(store.load().checkpoint.claims) == {"u1"}
+    # after close (shutdown), a call still finishing is durable before its save returns
+    store.save(Checkpoint("boot-1"))
+    assert fsyncs[2:] == ["checkpoint.json", f"dir {tmp_path.name}"]
+
+
+def test_flush_waits_for_the_batch_the_thread_is_syncing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "a.json"
+    f.write_text("{}")
+    started, done = threading.Event(), threading.Event()
+    real = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if not started.is_set():
+            started.set()
+            time.sleep(0.3)
+        real(fd)
+        done.set()
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    sync = BackgroundSync(delay_s=0.01)
+    sync.mark(f)
+    assert started.wait(5)  # the thread has taken the batch and is inside its fsync
+    sync.flush()  # nothing pending any more, but the batch in progress must finish first
+    assert done.is_set()
+
+
+def test_a_failing_batch_does_not_stop_later_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "a.json"
+    f.write_text("{}")
+    sync = BackgroundSync(delay_s=0.01)
+    calls: list[int] = []
+    real_sync = sync._sync
+
+    def flaky(paths: list[Path]) -> None:
+        calls.append(len(paths))
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        real_sync(paths)
+
+    monkeypatch.setattr(sync, "_sync", flaky)
+    sync.mark(f)
+    wait_idle(sync)
+    synced_before = sync.synced
+    sync.mark(f)
+    wait_idle(sync)
+    assert calls == [1, 1]
+    assert sync.synced == synced_before + 1

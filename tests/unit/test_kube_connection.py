@@ -274,9 +274,51 @@ def test_a_read_timeout_names_the_server_and_the_wait(server: Server, tmp_path: 
 
 def test_an_unreachable_server_is_a_clear_transport_error(tmp_path: Path) -> None:
     cfg = _kubeconfig(tmp_path / "kubeconfig", {"server": "https://127.0.0.1:1"}, {"token": "k"})
-    with pytest.raises(KubeApiError, match="Connection refused") as err:
+    with pytest.raises(
+        KubeApiError, match=r"could not connect to the API server at https://127\.0\.0\.1:1: .*Connection refused"
+    ) as err:
         RestApi(load_api_client(str(cfg))).call("GET", "/version")
     assert err.value.status == 0
+
+
+def test_a_post_after_the_server_closed_the_idle_connection_is_sent_once_on_a_fresh_one() -> None:
+    """The API server closes connections idle too long without a word: a POST must not be sent on one
+    (it would fail after leaving, and a POST is never sent twice)."""
+    posts: list[tuple[int, bytes]] = []
+
+    class Idle(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = 0.2  # this server drops a connection idle this long
+
+        def do_POST(self) -> None:
+            posts.append((self.client_address[1], self.rfile.read(int(self.headers["Content-Length"]))))
+            out = b'{"ok":true}'
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Idle)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        rest = RestApi(connection.ApiConnection(f"http://127.0.0.1:{httpd.server_address[1]}", honour_proxy_env=False))
+        assert rest.call("POST", "/x", body={"n": 1}) == {"ok": True}
+        time.sleep(0.6)  # the pooled connection is closed by the server now
+        assert rest.call("POST", "/x", body={"n": 2}) == {"ok": True}
+        assert [b for _, b in posts] == [b'{"n":1}', b'{"n":2}']
+        assert posts[0][0] != posts[1][0]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_proxy_other_than_http_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="proxy 'socks5://p:1080' is not supported"):
+        connection.ApiConnection("https://10.0.0.1:6443", proxy="socks5://p:1080")
 
 
 def test_an_https_proxy_from_the_environment_tunnels_to_the_server(

@@ -41,8 +41,10 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
 
 
 class _Selectors:
-    """The class's selectors, then the request's, as (where, [(index, expression)]), each compiled
-    at its first use (compile errors too) and then shared by every device."""
+    """The class's selectors, then the request's, as (where, [(index, expression)]).
+
+    Each is compiled at its first use (compile errors too) and then shared by every device.
+    """
 
     def __init__(self, a: NodeAllocator, req: Request) -> None:
         cls = a.classes.get(req.class_name) or {}

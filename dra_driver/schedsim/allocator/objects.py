@@ -127,7 +127,7 @@ def _attributes(r: Reader, v: Any, path: str) -> tuple[dict[str, Any], int]:
             ((kind, x),) = a.items()
             tx = type(x)
             if (
-                ((kind == "string" or kind == "version") and tx is str and len(x) <= MAX_ATTRIBUTE_VALUE_LENGTH)
+                (kind in {"string", "version"} and tx is str and len(x) <= MAX_ATTRIBUTE_VALUE_LENGTH)
                 or (kind == "int" and tx is int and -(2**63) <= x < 2**63)
                 or (kind == "bool" and tx is bool)
             ):

@@ -140,8 +140,10 @@ def unmergeable_terms(picked: Sequence[tuple[Mapping[str, Any], Mapping[str, Any
 
 
 class SliceIndex:
-    """The slices of one explanation filed once for :func:`gather_pools`, so each node's gathering
-    reads its own slices and the shared ones instead of every slice of the cluster.
+    """The slices of one explanation filed once for :func:`gather_pools`.
+
+    So each node's gathering reads its own slices and the shared ones instead of every slice of
+    the cluster.
 
     Built for one release's ``rules`` (they decide which slices count as a node's own).
     ``by_node``: each node's own slices (``nodeName``), ``rest``: the others, ``by_pool``: every
@@ -167,9 +169,25 @@ class SliceIndex:
 
 
 def _own_node(sp: Mapping[str, Any], always: bool) -> bool:
-    """A slice gathered first, as the node's own: it names a node (and, where counter slices are gathered by
-    every node, holds no counter sets)."""
+    """A slice gathered first, as the node's own.
+
+    It names a node (and, where counter slices are gathered by every node, holds no counter sets).
+    """
     return bool(sp.get("nodeName")) and not (always and sp.get("sharedCounters"))
+
+
+def _relevant(sp: Mapping[str, Any], node: str | None, labels: Mapping[str, str], always: bool) -> bool:
+    """The slice (its spec) is gathered for ``node``: by its node selection, or per device, or as a counter slice."""
+    if always and sp.get("sharedCounters"):
+        return True
+    if sp.get("nodeName") or sp.get("allNodes") or sp.get("nodeSelector") is not None:
+        return node_matches(node, labels, sp.get("nodeName"), bool(sp.get("allNodes")), sp.get("nodeSelector"))
+    if sp.get("perDeviceNodeSelection"):
+        return any(
+            node_matches(node, labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector"))
+            for d in sp.get("devices") or []
+        )
+    return False
 
 
 def gather_pools(
@@ -198,18 +216,7 @@ def gather_pools(
     own = index.by_node.get(node, []) if node is not None else []
     for s in [*own, *index.rest]:
         sp = slice_spec(s)
-        if always and sp.get("sharedCounters"):
-            relevant = True
-        elif sp.get("nodeName") or sp.get("allNodes") or sp.get("nodeSelector") is not None:
-            relevant = node_matches(node, labels, sp.get("nodeName"), bool(sp.get("allNodes")), sp.get("nodeSelector"))
-        elif sp.get("perDeviceNodeSelection"):
-            relevant = any(
-                node_matches(node, labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector"))
-                for d in sp.get("devices") or []
-            )
-        else:
-            continue
-        if not relevant:
+        if not _relevant(sp, node, labels, always):
             continue
         pid = (str(sp.get("driver") or ""), str((sp.get("pool") or {}).get("name") or ""))
         gen = _generation(s)
