@@ -13,11 +13,10 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
-from grpc_health.v1 import health_pb2_grpc
 
 from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.inventory import node_publication
@@ -32,7 +31,6 @@ from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
 from kubelet_plugin.device_status import DeviceStatusReporter, StatusWriter
-from kubelet_plugin.health import SocketHealthServicer
 from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.servicer import add_dra_services
@@ -40,6 +38,9 @@ from kubelet_plugin.settings import Settings, parse
 from kubelet_plugin.sockets import SocketPaths, secure_socket, unix_server
 from kubelet_plugin.state import DeviceState
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
+
+if TYPE_CHECKING:
+    from kubelet_plugin.health import SocketHealthServicer
 
 log = structlog.get_logger(__name__)
 
@@ -125,6 +126,11 @@ def _start_servers(settings: Settings, state: DeviceState, status: DeviceStatusR
     reg_server.start()
     secure_socket(paths.registration)
     log.info("sockets_listening", registration=str(paths.registration), dra=str(paths.dra))
+
+    # Loaded once the sockets serve: grpc_health (and its protobuf descriptors) is not on the kubelet's path.
+    from grpc_health.v1 import health_pb2_grpc
+
+    from kubelet_plugin.health import SocketHealthServicer
 
     health_servicer = SocketHealthServicer(paths.registration, paths.dra, registration.registered)
     health_server: grpc.Server | None = None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bench.peer.burst import burst
 from bench.peer.client import DraClient
-from bench.peer.drivers import NODE, Driver, GoPeer, OurDriver
+from bench.peer.drivers import NODE, Driver, GoPeer, OurDriver, compile_bytecode
 from bench.peer.guard import Guard
 from bench.peer.measure import ADMIN_NS, Figures, claim_specs, create_claims, latency, measure_start, proc_status_kib
 from bench.peer.report import machine_facts, report
@@ -24,8 +24,9 @@ def run_bench(args: argparse.Namespace, binary: PeerBinary | None, peer_note: st
     facts = machine_facts(state_root, binary)
     facts.append(
         f"dra-gpu plugin: {args.plugin_python or sys.executable} -m kubelet_plugin.main, defaults as installed "
-        "(claim device status on, JSON logs at info)"
+        "(claim device status on, JSON logs at info; its modules compiled to bytecode first, as installed)"
     )
+    compile_bytecode(args.plugin_python)
     drivers: list[Driver] = []
     cluster = LocalCluster()
     clients: list[DraClient] = []
