@@ -257,7 +257,7 @@ class ApiConnection:
                     conn.close()
                     connects += 1
                     if isinstance(err, ssl.SSLError) or connects >= CONNECT_ATTEMPTS:  # a refused certificate stays refused
-                        raise self._connect_error(err, timeout.connect) from err
+                        raise self._connect_error(err, timeout.connect, connects) from err
                     time.sleep(0.05 * connects)
                     continue
             sent = False
@@ -280,10 +280,11 @@ class ApiConnection:
                 raise
             return Response(self, conn, resp)
 
-    def _connect_error(self, err: BaseException, connect_s: float) -> Exception:
-        """``err`` from connecting, as an error of its kind that names the server."""
+    def _connect_error(self, err: BaseException, connect_s: float, tries: int) -> Exception:
+        """``err`` from the last of ``tries`` to connect, as an error of its kind that names the server."""
         if isinstance(err, TimeoutError):
-            return TimeoutError(f"could not connect to the API server at {self.server} within {connect_s:g}s")
+            each = f"{tries} tries of {connect_s:g}s" if tries > 1 else f"{connect_s:g}s"
+            return TimeoutError(f"could not connect to the API server at {self.server} within {each}")
         what = str(err) or type(err).__name__
         if isinstance(err, ssl.SSLError):
             return ssl.SSLError(f"TLS with the API server at {self.server} failed: {what}")
