@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import semver
 
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigProfile, Placement, mig_device_name
@@ -114,12 +113,14 @@ def to_semver(raw: str) -> str:
     """Normalize a dotted numeric version (``570.124.06``, ``9.0``, ``12``) to semver 2.0.0.
 
     Leading zeros are dropped and missing components become 0; anything else raises ValueError.
+    Three non-negative integers joined by dots are a SemVer 2.0.0 version as they stand (no
+    library needed: the plugin's start-up does not pay for one).
     """
     parts = raw.strip().split(".")
     if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
         raise ValueError(f"version {raw!r} is not a dotted numeric version")
     nums = [int(p) for p in parts] + [0] * (3 - len(parts))
-    return str(semver.Version(nums[0], nums[1], nums[2]))
+    return f"{nums[0]}.{nums[1]}.{nums[2]}"
 
 
 def _string(value: str, what: str) -> Attr:
