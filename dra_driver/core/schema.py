@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigProfile, Placement, mig_device_name
 from dra_driver.core.quantity import format_bytes
