@@ -94,7 +94,7 @@ def inventory(out: Path) -> dict[str, float]:
                 driver=DEFAULT_DRIVER_NAME, node_name="gpu-node", contents=split_pool(list(pub.devices), list(pub.counter_sets))
             )
             result: Any = slices
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - a strategy that fails on this GPU is a finding, and the others still run
             result = {"error": f"{type(err).__name__}: {err}"}
         times[strategy.value] = round(time.perf_counter() - t0, 4)
         (out / f"inventory-{strategy.value}.json").write_text(json.dumps(result, indent=1, default=str))
@@ -120,7 +120,7 @@ def profiles(n: Any) -> list[dict[str, Any]]:
                     arr = (n.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
                     n.nvmlDeviceGetGpuInstancePossiblePlacements(h, pid, arr, ctypes.byref(count))
                     row["placements"] = [(arr[k].start, arr[k].size) for k in range(count.value)]
-                except Exception as err:  # noqa: BLE001
+                except Exception as err:  # noqa: BLE001 - an unsupported profile is a finding, the table goes on
                     row["placements"] = f"{type(err).__name__}: {err}"
             table.append(row)
         g["profiles"] = table

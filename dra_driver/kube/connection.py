@@ -104,12 +104,13 @@ class _HttpsConnection(http.client.HTTPSConnection):
 
     def __init__(self, host: str, port: int | None, *, context: ssl.SSLContext, timeout: float, server_name: str) -> None:
         super().__init__(host, port, context=context, timeout=timeout)
+        self._tls = context  # the base class keeps it too, as a private attribute typeshed does not declare
         self._server_name = server_name
 
     def connect(self) -> None:
         http.client.HTTPConnection.connect(self)  # TCP, and the proxy's CONNECT tunnel if any
         name = self._server_name or getattr(self, "_tunnel_host", None) or self.host
-        self.sock = self._context.wrap_socket(self.sock, server_hostname=name)  # type: ignore[attr-defined]
+        self.sock = self._tls.wrap_socket(self.sock, server_hostname=name)
 
 
 class Response:

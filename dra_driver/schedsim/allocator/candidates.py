@@ -14,7 +14,7 @@ from dra_driver.schedsim.allocator.checks import CapacityError, untolerated_tain
 from dra_driver.schedsim.allocator.model import Candidate, Request
 from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec
 from dra_driver.schedsim.allocator.simulate import NodeAllocator, compile_cached
-from dra_driver.schedsim.cel import CelError, CompiledSelector
+from dra_driver.schedsim.cel import CelError
 
 
 def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Candidate]:
@@ -25,7 +25,7 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
     """
     out: list[Candidate] = []
     node = allocator.node
-    selectors = _Selectors(allocator, req)
+    selectors = _selector_groups(allocator, req)
     for pool in allocator.pools:
         if pool.incomplete or pool.invalid:
             out.append(
@@ -40,47 +40,36 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
     return out
 
 
-class _Selectors:
+def _selector_groups(a: NodeAllocator, req: Request) -> list[tuple[str, list[tuple[int, str]]]]:
     """The class's selectors, then the request's, as (where, [(index, expression)]).
 
-    Each is compiled at its first use (compile errors too) and then shared by every device.
+    Read once per request, not per device; ``compile_cached`` compiles each expression once, errors too.
     """
-
-    def __init__(self, a: NodeAllocator, req: Request) -> None:
-        cls = a.classes.get(req.class_name) or {}
-        class_sels = [str((x.get("cel") or {}).get("expression", "")) for x in (cls.get("spec") or {}).get("selectors") or []]
-        self.groups = [
-            (f"class {req.class_name}", list(enumerate(class_sels))),
-            ("request " + req.name, list(enumerate(req.selectors))),
-        ]
-        self._rules = a.rules
-        self._compiled: dict[str, CompiledSelector | CelError] = {}
-
-    def compiled(self, expr: str) -> CompiledSelector:
-        """The compiled selector; raises its compile error (a ``CelError``)."""
-        hit = self._compiled.get(expr)
-        if hit is None:
-            try:
-                hit = compile_cached(expr, self._rules)
-            except CelError as err:
-                hit = err
-            self._compiled[expr] = hit
-        if isinstance(hit, CelError):
-            raise hit
-        return hit
+    cls = a.classes.get(req.class_name) or {}
+    class_sels = [str((x.get("cel") or {}).get("expression", "")) for x in (cls.get("spec") or {}).get("selectors") or []]
+    return [
+        (f"class {req.class_name}", list(enumerate(class_sels))),
+        ("request " + req.name, list(enumerate(req.selectors))),
+    ]
 
 
 def _explain_device(  # noqa: PLR0911, PLR0917 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
-    a: NodeAllocator, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any], selectors: _Selectors
+    a: NodeAllocator,
+    ci: int,
+    req: Request,
+    pool: Pool,
+    s: Mapping[str, Any],
+    d: Mapping[str, Any],
+    selectors: list[tuple[str, list[tuple[int, str]]]],
 ) -> Candidate:
     did = a.dev_id(pool, d)
     name = f"{pool.name}/{did[2]}"
     if did in a.state.devices and not req.admin_access:
         return Candidate(a.node, name, "unavailable", f"already allocated to claim {a.state.devices[did]}")
-    for where, sels in selectors.groups:
+    for where, sels in selectors:
         for i, expr in sels:
             try:
-                ok = selectors.compiled(expr).matches_view(a.view(did, d))
+                ok = compile_cached(expr, a.rules).matches_view(a.view(did, d))
             except CelError as err:
                 kind = "CEL compile error" if err.kind == "compile" else "CEL runtime error"
                 return Candidate(a.node, name, "error", f"{where} selector #{i}: {kind}: {err.message}")
