@@ -39,6 +39,8 @@ MAX_TOKEN_BYTES = 64 << 10
 POOL_SIZE = 32
 """Idle connections kept per server: the plugin's claim lookups (16 threads), status writes and publisher."""
 CONNECT_ATTEMPTS = 3
+MAX_BODY_BYTES = 512 << 20
+"""The largest answer read whole: far above a page of any list the driver reads, below what would exhaust a node."""
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 """Methods sent again when a reused connection turns out closed after the request left (HTTP's rule)."""
 TRANSPORT_ERRORS = (OSError, http.client.HTTPException, ValueError)
@@ -127,8 +129,12 @@ class Response:
 
     @property
     def data(self) -> bytes:
-        """The whole body."""
-        return self._resp.read()
+        """The whole body; a ``ValueError`` past ``MAX_BODY_BYTES`` (the connection is then closed, not reused)."""
+        body = self._resp.read(MAX_BODY_BYTES + 1)
+        if len(body) > MAX_BODY_BYTES:
+            self.close()
+            raise ValueError(f"answer from the API server {self._pool.server} is larger than {MAX_BODY_BYTES} bytes")
+        return body
 
     def stream(self, amt: int) -> Iterator[bytes]:
         """The body as it arrives, in pieces of at most ``amt`` bytes (chunked or not; identity encoding is asked for)."""

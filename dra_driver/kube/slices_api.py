@@ -17,6 +17,9 @@ from urllib.parse import quote
 from dra_driver.kube.connection import ApiConnection
 from dra_driver.kube.rest import TRANSPORT_ERRORS, KubeApiError, RestApi, error_of
 
+MAX_WATCH_EVENT_BYTES = 64 << 20
+"""One watch event (a ResourceSlice, at most etcd's 1.5 MiB object, as JSON): a longer line is no event."""
+
 __all__ = ["RESOURCE_SLICES_PATH", "KubeApiError", "KubeSliceApi"]
 
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
@@ -111,6 +114,8 @@ class KubeSliceApi:
                 line, buf = buf.split(b"\n", 1)
                 if line.strip():
                     yield KubeSliceApi._event(line)
+            if len(buf) > MAX_WATCH_EVENT_BYTES:
+                raise KubeApiError(0, "InvalidWatchEvent", f"a watch event longer than {MAX_WATCH_EVENT_BYTES} bytes")
         if buf.strip():
             yield KubeSliceApi._event(buf)
 

@@ -364,3 +364,32 @@ def test_an_https_proxy_from_the_environment_tunnels_to_the_server(
     conn.close()  # ends the tunnel
     proxying.join(5)
     listener.close()
+
+
+def test_an_answer_over_the_body_bound_is_a_clear_error_naming_the_server(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connection, "MAX_BODY_BYTES", 20)  # the server's namespace answer is ~80 bytes
+    rest = RestApi(load_api_client(str(_token_kubeconfig(server, tmp_path))))
+    with pytest.raises(KubeApiError, match=rf"answer from the API server {server.url} is larger than 20 bytes") as err:
+        rest.call("GET", "/big")
+    assert err.value.status == 0
+    monkeypatch.setattr(connection, "MAX_BODY_BYTES", 1 << 20)
+    assert rest.call("GET", "/after")["path"] == "/after"  # the cut connection was not reused
+
+
+def test_a_watch_line_over_the_event_bound_ends_the_watch_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dra_driver.kube import slices_api
+
+    monkeypatch.setattr(slices_api, "MAX_WATCH_EVENT_BYTES", 100)
+
+    class Raw:
+        def stream(self, amt: int) -> Iterator[bytes]:
+            yield b'{"type":"ADDED","object":{"metadata":{"name":"a"}}}\n'
+            while True:  # one endless line: never an event
+                yield b"x" * 64
+
+    events = slices_api.KubeSliceApi._events(Raw())
+    assert next(events)[0] == "ADDED"
+    with pytest.raises(KubeApiError, match="a watch event longer than 100 bytes"):
+        next(events)
