@@ -22,11 +22,13 @@ previous release's commit (a shallow clone) fails with how to fetch it: it never
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
 import subprocess
 import sys
+import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,6 +65,23 @@ def git(*args: str) -> subprocess.CompletedProcess[bytes]:
         pytest.fail("git is not installed: the checkpoint compatibility test reads the previous release from git history")
 
 
+def missing_dependencies(pyproject: str) -> list[str]:
+    """The requirements in a ``pyproject.toml``'s ``[project] dependencies`` with no installed distribution."""
+    missing = []
+    for requirement in tomllib.loads(pyproject)["project"]["dependencies"]:
+        dist = re.split(r"[\s\[<>=!~;@]", requirement.strip(), maxsplit=1)[0]
+        try:
+            importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(requirement.strip())
+    return missing
+
+
+def test_the_dependency_check_names_what_is_not_installed() -> None:
+    declared = '[project]\ndependencies = ["pytest>=1", "no-such-dist-dra-gpu==1.0", "PyYAML[extra]==6"]\n'
+    assert ["no-such-dist-dra-gpu==1.0"] == missing_dependencies(declared)
+
+
 @pytest.fixture(scope="module")
 def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The previous release's source tree, extracted from git history (read-only git use)."""
@@ -81,6 +100,13 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
             + (" (a shallow clone)" if shallow else "")
             + ": the checkpoint compatibility test runs that release's code; fetch the history with "
             "`git fetch --unshallow` (or clone without --depth) and run it again",
+            pytrace=False,
+        )
+    missing = missing_dependencies(git("show", f"{commit}:pyproject.toml").stdout.decode())
+    if missing:
+        pytest.fail(
+            f"the previous release ({commit}) declares dependencies this venv does not have: {', '.join(missing)}; "
+            "add them to the `previous-release` dependency group in pyproject.toml (make venv installs it)",
             pytrace=False,
         )
     archive = git("archive", "--format=tar", commit)
