@@ -69,6 +69,7 @@ def _build_state(
 ) -> DeviceState:
     settings.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
     real = settings.fake_gpus is None
+    checkpoints = CheckpointStore(settings.plugin_dir, boot_id)
     return DeviceState(
         driver=settings.driver_name,
         node_name=settings.node_name,
@@ -83,8 +84,8 @@ def _build_state(
         ),
         mps_root=settings.plugin_dir / "mps",
         claims=link,
-        cdi=CdiStore(settings.cdi_root, settings.driver_name),
-        checkpoints=CheckpointStore(settings.plugin_dir, boot_id),
+        cdi=CdiStore(settings.cdi_root, settings.driver_name, later=checkpoints.sync),
+        checkpoints=checkpoints,
         lock_path=settings.plugin_dir / "serialize.lock",
         device_nodes=True,
         device_node_host="" if real else FAKE_DEVICE_NODE_HOST,

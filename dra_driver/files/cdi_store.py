@@ -21,7 +21,8 @@ from typing import Any
 import structlog
 
 from dra_driver.core.cdi import TOOLKIT_CDI_KIND, spec_file_name, spec_file_prefix
-from dra_driver.files.atomic import remove_durably, remove_stale_temps, write_atomic
+from dra_driver.files.atomic import move_aside, remove_stale_temps, write_atomic
+from dra_driver.files.background_sync import BackgroundSync
 
 log = structlog.get_logger(__name__)
 
@@ -29,9 +30,11 @@ log = structlog.get_logger(__name__)
 class CdiStore:
     """The CDI spec files of one driver under one CDI root."""
 
-    def __init__(self, root: Path, driver: str) -> None:
+    def __init__(self, root: Path, driver: str, later: BackgroundSync | None = None) -> None:
+        """``later``: the thread that unlinks removed specs (their name is gone at once); None: unlinked inline."""
         self.root = root
         self.driver = driver
+        self._later = later
 
     def ensure_root(self) -> None:
         """Create the CDI root if missing and drop temp files a killed writer left behind."""
@@ -58,8 +61,15 @@ class CdiStore:
         return data
 
     def remove(self, claim_uid: str) -> bool:
-        """Remove a claim's spec; True if one existed."""
-        return remove_durably(self.path(claim_uid), durable=False)
+        """Remove a claim's spec (gone from its name before this returns); True if one existed."""
+        aside = move_aside(self.path(claim_uid))
+        if aside is None:
+            return False
+        if self._later is not None:
+            self._later.discard(aside)
+        else:
+            aside.unlink(missing_ok=True)
+        return True
 
     def claim_uids(self) -> set[str]:
         """Claim UIDs that have a spec file of this driver."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import structlog
 
 from dra_driver.core.checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, CheckpointError, CheckpointTooNew, decode, encode
-from dra_driver.files.atomic import fsync_dir, remove_stale_temps, write_atomic
+from dra_driver.files.atomic import fsync_dir, move_aside, remove_stale_temps, write_atomic
 from dra_driver.files.background_sync import BackgroundSync
 
 log = structlog.get_logger(__name__)
@@ -135,6 +135,7 @@ class CheckpointStore:
         """Create the directory (owner-only) and drop temp files a killed writer left; once, at start."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         remove_stale_temps(self.dir)
+        (self.dir / ".prev-link").unlink(missing_ok=True)  # earlier releases linked the previous generation here
 
     def load(self) -> LoadResult:
         """Read the newest good generation; never raises for corruption, never loses it silently.
@@ -220,10 +221,14 @@ class CheckpointStore:
         data = encode(cp)
         self._known = None
         if self.path.exists():
-            link_tmp = self.dir / ".prev-link"
-            link_tmp.unlink(missing_ok=True)
-            os.link(self.path, link_tmp)
-            os.replace(link_tmp, self.prev)
+            # The old previous generation is moved aside and unlinked in the background (freeing its
+            # blocks is the slow part of a save), then the current file is linked as the previous
+            # one; the rename below then frees nothing either. A kill between leaves no previous
+            # generation beside a good current file, and a temp file the next start removes.
+            old = move_aside(self.prev)
+            os.link(self.path, self.prev)
+            if old is not None:
+                self.sync.discard(old)
         write_atomic(self.path, data, durable=False)
         self.sync.mark(self.path)
         self._remember(cp)

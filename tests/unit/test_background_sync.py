@@ -125,3 +125,69 @@ def test_a_failing_batch_does_not_stop_later_fsyncs(tmp_path: Path, monkeypatch:
     wait_idle(sync)
     assert calls == [1, 1]
     assert sync.synced == synced_before + 1
+
+
+def test_a_save_frees_no_file_on_the_callers_thread_and_keeps_the_previous_generation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old previous generation is moved aside at once and unlinked by the thread (freeing blocks is slow)."""
+    store = CheckpointStore(tmp_path, "boot-1")
+    store.sync = BackgroundSync(delay_s=60.0)  # so that only flush does the background work
+    first = Checkpoint("boot-1").with_claim("u1", ClaimEntry(ClaimState.PREPARE_COMPLETED, "ns", "c1"))
+    second = first.with_claim("u2", ClaimEntry(ClaimState.PREPARE_COMPLETED, "ns", "c2"))
+    store.save(Checkpoint("boot-1"))
+    store.save(first)
+    freed: list[str] = []
+    real_unlink, real_replace = os.unlink, os.replace
+
+    def unlink(path: str | os.PathLike[str], *a: object, **k: object) -> None:
+        freed.append(Path(path).name)
+        real_unlink(path)
+
+    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str], *a: object, **k: object) -> None:
+        if Path(dst).exists() and Path(dst).stat().st_nlink == 1:
+            freed.append(Path(dst).name)  # replacing a file's last name frees it
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    monkeypatch.setattr(os, "replace", replace)
+    store.save(second)
+    assert freed == []
+    assert set(store.load().checkpoint.claims) == {"u1", "u2"}
+    store.path.unlink()  # the previous generation is the one saved before
+    assert set(store.load().checkpoint.claims) == {"u1"}
+    freed.clear()
+    aside = [p.name for p in tmp_path.iterdir() if p.name.startswith(".dra-gpu-tmp-removed.")]
+    assert len(aside) == 1, sorted(p.name for p in tmp_path.iterdir())
+    store.close()
+    assert freed == aside
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.prev.json"]
+    assert store.sync.discarded == 1
+
+
+def test_a_removed_cdi_spec_is_gone_from_its_name_at_once_and_unlinked_soon(tmp_path: Path) -> None:
+    from dra_driver.files.cdi_store import CdiStore
+
+    sync = BackgroundSync(delay_s=0.01)
+    cdi = CdiStore(tmp_path, "gpu.example.com", later=sync)
+    cdi.ensure_root()
+    cdi.write("uid-1", {"cdiVersion": "0.6.0"})
+    assert cdi.remove("uid-1") is True
+    assert cdi.read("uid-1") is None and cdi.claim_uids() == set()
+    assert not any(p.suffix == ".json" for p in tmp_path.iterdir())  # no CDI reader sees it any more
+    wait_idle(sync)
+    assert list(tmp_path.iterdir()) == [] and sync.discarded == 1
+    assert cdi.remove("uid-1") is False  # gone: nothing to remove
+
+
+def test_a_file_moved_aside_by_a_killed_process_is_removed_at_the_next_start(tmp_path: Path) -> None:
+    from dra_driver.files.atomic import move_aside
+
+    store = CheckpointStore(tmp_path, "boot-1")
+    store.save(Checkpoint("boot-1"))
+    store.save(Checkpoint("boot-1"))
+    aside = move_aside(store.prev)  # as if killed before the thread unlinked it
+    assert aside is not None and aside.exists()
+    (tmp_path / ".prev-link").write_text("{}")  # what an earlier release could leave
+    CheckpointStore(tmp_path, "boot-1").ensure_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json"]
