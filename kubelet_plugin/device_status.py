@@ -169,17 +169,21 @@ class DeviceStatusReporter:
             self._calls += 1
 
     def call_finished(self) -> None:
-        """A DRA call ended."""
+        """A DRA call ended.
+
+        The worker is not woken: a call ending only moves the quiet time later, and the worker,
+        waiting for the earlier time, looks again when it comes (no wake-up per call in a burst).
+        """
         with self._cv:
             self._calls = max(0, self._calls - 1)
             self._last_call = time.monotonic()
-            self._cv.notify()
 
     def _wait_turn(self) -> None:
         """(``_cv`` held, a job queued) Wait until the calls are quiet or the oldest job waited ``MAX_DEFER_S``."""
         while not self._stop.is_set() and self._jobs:
             now = time.monotonic()
-            defer_left = min(j.queued for j in self._jobs.values()) + MAX_DEFER_S - now
+            # the first job is the oldest: new ones are appended, a replaced one keeps its place and time
+            defer_left = next(iter(self._jobs.values())).queued + MAX_DEFER_S - now
             quiet_left = max(0.0, self._last_call + QUIET_S - now) if self._calls == 0 else QUIET_S
             if quiet_left <= 0 or defer_left <= 0:
                 return

@@ -7,6 +7,7 @@ and read by ``bench.peer.report``.
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -29,6 +30,12 @@ def proc_status_kib(pid: int, key: str) -> float:
         if line.startswith(key + ":"):
             return float(line.split()[1])
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (``/proc/PID/stat``; clock-tick resolution)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def slices_path(driver: str) -> str:
@@ -105,6 +112,13 @@ class Figures:
     peak_is_lifetime: bool = False
     burst_prepare_cps: list[float] = field(default_factory=list)
     burst_unprepare_cps: list[float] = field(default_factory=list)
+    burst_prepare_cpu_ms: list[float] = field(default_factory=list)
+    """The driver process's CPU time per claim in the prepare burst."""
+    burst_unprepare_cpu_ms: list[float] = field(default_factory=list)
+    burst_prepare_server_cpu_ms: list[float] = field(default_factory=list)
+    """The API server's and etcd's CPU time per claim in the prepare burst (claim reads, status writes)."""
+    burst_prepare_client_cpu_ms: list[float] = field(default_factory=list)
+    """The bench's own CPU time per claim in the prepare burst (the gRPC client, as the kubelet would be)."""
     burst_errors: int = 0
 
     def error(self, msg: str) -> None:

@@ -78,6 +78,10 @@ def report(figs: dict[str, Figures], args: argparse.Namespace, facts: list[str],
         row(peak, lambda f: med(f.peak_rss_mib), ".1f"),
         row(f"burst prepare ({args.burst} claims), claims/s", lambda f: med(f.burst_prepare_cps), ".1f"),
         row(f"burst unprepare ({args.burst} claims), claims/s", lambda f: med(f.burst_unprepare_cps), ".1f"),
+        row("burst prepare: driver CPU per claim, ms", lambda f: med(f.burst_prepare_cpu_ms), ".2f"),
+        row("burst unprepare: driver CPU per claim, ms", lambda f: med(f.burst_unprepare_cpu_ms), ".2f"),
+        row("burst prepare: API server + etcd CPU per claim, ms", lambda f: med(f.burst_prepare_server_cpu_ms), ".2f"),
+        row("burst prepare: client (bench) CPU per claim, ms", lambda f: med(f.burst_prepare_client_cpu_ms), ".2f"),
         row("burst errors", lambda f: f.burst_errors, ".0f"),
     ]
     lines = [

@@ -77,7 +77,7 @@ def run_bench(args: argparse.Namespace, binary: PeerBinary | None, peer_note: st
                             figs[d.label].error(f"warm-up: {err}")
                 latency([(d, c, seq[d.label], figs[d.label]) for d, c in _ordered(drivers, clients, run)], args.claims)
                 for d, c in _ordered(drivers, clients, run):
-                    burst(d, c, bursts[d.label], args.threads, figs[d.label])
+                    burst(d, c, bursts[d.label], args.threads, figs[d.label], list(cluster.pids.values()))
                 print(
                     f"bench: run {run + 1}/{args.runs} done "
                     + "; ".join(
