@@ -213,8 +213,9 @@ def plan_claim(
     """
     mig_names = frozenset(name for name, d in devices.items() if d.target.is_mig)
     configs = resolve_configs(driver, claim.results, claim.config, mig_devices=mig_names)
-    targets = {**(node_targets or {}), **{name: d.target for name, d in devices.items()}}
-    held = _exclusively_held(prepared or {}, exclude_uid=claim.uid)
+    # Who holds what is read only for a device this claim wants exclusively: a node's many shared
+    # and admin-access claims never scan every other claim (or copy the node's targets) per plan.
+    exclusive: tuple[dict[str, str], dict[str, DeviceTarget]] | None = None
     by_device: dict[tuple[str, str | None], list[str]] = {}
     first: dict[tuple[str, str | None], AllocationResult] = {}
     for r in claim.results:
@@ -232,7 +233,12 @@ def plan_claim(
     for (device, share_id), requests in by_device.items():
         dev = devices[device]
         if (device, share_id) not in shared:
-            holder = _holder(device, dev.target, held, targets)
+            if exclusive is None:
+                exclusive = (
+                    _exclusively_held(prepared or {}, exclude_uid=claim.uid),
+                    {**(node_targets or {}), **{name: d.target for name, d in devices.items()}},
+                )
+            holder = _holder(device, dev.target, *exclusive)
             if holder:
                 raise ClaimError(holder)
         config = configs[device]
