@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from dra_driver.files.atomic import MOVED_ASIDE
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1 import api_pb2_grpc as v1_grpc
 from proto.dra.v1beta1 import api_pb2 as v1beta1
@@ -210,4 +211,11 @@ class PluginProcess:
         return self.plugin_dir / "fake-gpus" / "mig-state.json"
 
     def cdi_files(self) -> list[str]:
-        return sorted(p.name for p in self.cdi.iterdir()) if self.cdi.exists() else []
+        """The CDI directory's files, once specs the plugin removed are unlinked (its background thread
+        does that within ``SYNC_DELAY_S``; one still there after 5 s is listed, so a leak fails the test)."""
+        deadline = time.monotonic() + 5.0
+        while True:
+            names = sorted(p.name for p in self.cdi.iterdir()) if self.cdi.exists() else []
+            if time.monotonic() > deadline or not any(n.startswith(MOVED_ASIDE) for n in names):
+                return names
+            time.sleep(0.02)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 # Names of the temp files a write leaves behind when it is killed (``remove_stale_temps`` finds them).
 TMP_PREFIX = ".dra-gpu-tmp-"
+# Names of files moved aside to be unlinked later (``move_aside``); temp files too.
+MOVED_ASIDE = f"{TMP_PREFIX}removed."
 
 
 def fsync_dir(directory: Path) -> None:
@@ -65,7 +67,7 @@ def move_aside(path: Path) -> Path | None:
     aside and ``dra_driver.files.background_sync`` unlinks them. A process killed before that
     leaves a temp file that ``remove_stale_temps`` removes at the next start.
     """
-    aside = path.parent / f"{TMP_PREFIX}removed.{path.name}.{secrets.token_hex(4)}"
+    aside = path.parent / f"{MOVED_ASIDE}{path.name}.{secrets.token_hex(4)}"
     try:
         path.rename(aside)
     except FileNotFoundError:

@@ -11,6 +11,7 @@ import pytest
 
 from dra_driver.core.checkpoint import Checkpoint, ClaimEntry, ClaimState
 from dra_driver.files import background_sync
+from dra_driver.files.atomic import MOVED_ASIDE
 from dra_driver.files.background_sync import BackgroundSync
 from dra_driver.files.checkpoint_store import CheckpointStore
 
@@ -157,7 +158,7 @@ def test_a_save_frees_no_file_on_the_callers_thread_and_keeps_the_previous_gener
     store.path.unlink()  # the previous generation is the one saved before
     assert set(store.load().checkpoint.claims) == {"u1"}
     freed.clear()
-    aside = [p.name for p in tmp_path.iterdir() if p.name.startswith(".dra-gpu-tmp-removed.")]
+    aside = [p.name for p in tmp_path.iterdir() if p.name.startswith(MOVED_ASIDE)]
     assert len(aside) == 1, sorted(p.name for p in tmp_path.iterdir())
     store.close()
     assert freed == aside
