@@ -24,7 +24,6 @@ import base64
 import binascii
 import os
 import ssl
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +165,8 @@ def _pem(user: dict[str, Any], field: str, base: Path) -> bytes | None:
 
 def _load_cert_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
     """``load_cert_chain`` reads files only: the PEMs go to an owner-only temp dir, removed at once."""
+    import tempfile  # loaded only for client certificates (tempfile brings shutil and the compressors)
+
     with tempfile.TemporaryDirectory(prefix="dra-gpu-cert-") as tmp:
         cert_file, key_file = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
         for p, data in ((cert_file, cert), (key_file, key)):
