@@ -191,7 +191,7 @@ def part1(ic: InstalledCluster) -> None:
     say("   dra-gpu explain pod/gpu-no-mig -n dra-demo: the scheduler's rules, per device, on the live cluster:")
     for line in [*lines[:2], *full_gpu[:1]]:
         say(f"      {line[:170]}")
-    say(f"        ... ({len(lines) - 2} lines in all, one per device of both nodes, MIG placements included)")
+    say(f"        ... ({len(lines) - 2} lines in all: devices one by one, MIG placements included, or per node summed up)")
     say("   Sharing set at prepare (the simulators' record of what nvidia-smi / nvidia-cuda-mps-control would set):")
     for n, gpu_node in ic.nodes.items():
         for line in sharing_lines(gpu_node, PROFILE):

@@ -13,8 +13,7 @@ from typing import Any
 from dra_driver.schedsim.allocator.checks import CapacityError, untolerated_taint
 from dra_driver.schedsim.allocator.model import Candidate, Request
 from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec
-from dra_driver.schedsim.allocator.simulate import NodeAllocator, compile_cached
-from dra_driver.schedsim.cel import CelError
+from dra_driver.schedsim.allocator.simulate import NodeAllocator
 
 
 def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Candidate]:
@@ -25,7 +24,6 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
     """
     out: list[Candidate] = []
     node = allocator.node
-    selectors = _selector_groups(allocator, req)
     for pool in allocator.pools:
         if pool.incomplete or pool.invalid:
             out.append(
@@ -36,21 +34,8 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
             continue
         for s in pool.slices:
             for d in slice_spec(s).get("devices") or []:
-                out.append(_explain_device(allocator, ci, req, pool, s, d, selectors))
+                out.append(_explain_device(allocator, ci, req, pool, s, d))
     return out
-
-
-def _selector_groups(a: NodeAllocator, req: Request) -> list[tuple[str, list[tuple[int, str]]]]:
-    """The class's selectors, then the request's, as (where, [(index, expression)]).
-
-    Read once per request, not per device; ``compile_cached`` compiles each expression once, errors too.
-    """
-    cls = a.classes.get(req.class_name) or {}
-    class_sels = [str((x.get("cel") or {}).get("expression", "")) for x in (cls.get("spec") or {}).get("selectors") or []]
-    return [
-        (f"class {req.class_name}", list(enumerate(class_sels))),
-        ("request " + req.name, list(enumerate(req.selectors))),
-    ]
 
 
 def _explain_device(  # noqa: PLR0911, PLR0917 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
@@ -60,21 +45,18 @@ def _explain_device(  # noqa: PLR0911, PLR0917 - mirrors the Go allocator's func
     pool: Pool,
     s: Mapping[str, Any],
     d: Mapping[str, Any],
-    selectors: list[tuple[str, list[tuple[int, str]]]],
 ) -> Candidate:
     did = a.dev_id(pool, d)
     name = f"{pool.name}/{did[2]}"
     if did in a.state.devices and not req.admin_access:
         return Candidate(a.node, name, "unavailable", f"already allocated to claim {a.state.devices[did]}")
-    for where, sels in selectors:
-        for i, expr in sels:
-            try:
-                ok = compile_cached(expr, a.rules).matches_view(a.view(did, d))
-            except CelError as err:
-                kind = "CEL compile error" if err.kind == "compile" else "CEL runtime error"
-                return Candidate(a.node, name, "error", f"{where} selector #{i}: {kind}: {err.message}")
-            if not ok:
-                return Candidate(a.node, name, "no-match", f"{where} selector #{i} is false: {expr}")
+    sel = a.selector_outcome(ci, req, did, d)  # the class's selectors, then the request's; once per device shape
+    if sel is not None:
+        where = f"class {req.class_name}" if sel.group == 0 else "request " + req.name
+        if sel.stage == "false":
+            return Candidate(a.node, name, "no-match", f"{where} selector #{sel.index} is false: {sel.expression}")
+        kind = "CEL compile error" if sel.error_kind == "compile" else "CEL runtime error"
+        return Candidate(a.node, name, "error", f"{where} selector #{sel.index}: {kind}: {sel.message}")
     if slice_spec(s).get("perDeviceNodeSelection") and not node_matches(
         a.node, a.labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector")
     ):

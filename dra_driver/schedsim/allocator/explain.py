@@ -18,9 +18,11 @@ from typing import Any
 
 from dra_driver.core.quantity import QuantityError
 from dra_driver.schedsim.allocator.candidates import explain_request
+from dra_driver.schedsim.allocator.fastread import DeviceMemo
 from dra_driver.schedsim.allocator.model import AllocatedState, Candidate, NodeOutcome, claim_key, claim_requests
 from dra_driver.schedsim.allocator.objects import read_allocated, read_claim, read_class, read_node_labels, read_slice
 from dra_driver.schedsim.allocator.pools import SliceIndex, gather_pools
+from dra_driver.schedsim.allocator.shapes import ShapeCache
 from dra_driver.schedsim.allocator.simulate import SEARCH_BUDGET_S, NodeAllocator
 from dra_driver.schedsim.allocator.validate import (
     MAX_ALLOCATED_CLAIMS,
@@ -169,11 +171,15 @@ def _simulate(
     cands: dict[tuple[int, str], list[Candidate]] = {}
     deadline = time.monotonic() + SEARCH_BUDGET_S
     index = SliceIndex(slices, rules)
+    shapes = ShapeCache()  # what every node's allocators compute once per device shape
     for node in nodes_of(slices, node_labels):
         labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
         pools = gather_pools(slices, node, labels, rules, index)
-        outcomes.append(NodeAllocator(pending, classes, pools, state, node, labels=labels, deadline=deadline, rules=rules).run())
-        probe = NodeAllocator(pending, classes, pools, state, node, labels=labels, rules=rules)
+        allocator = NodeAllocator(
+            pending, classes, pools, state, node, labels=labels, deadline=deadline, rules=rules, shapes=shapes
+        )
+        outcomes.append(allocator.run())
+        probe = NodeAllocator(pending, classes, pools, state, node, labels=labels, rules=rules, shapes=shapes)
         for ci, c in enumerate(pending):
             for alts in claim_requests(c):
                 for req in alts:
@@ -244,8 +250,9 @@ def read_inputs(
     class_map = r.obj(classes, "DeviceClasses", MAX_CLASSES)
     read_slices: list[dict[str, Any]] = []
     devices = 0
+    memo = DeviceMemo()  # devices of one shape share their checked parts
     for i, s in enumerate(slice_list):
-        read_slices.append(read_slice(s, i))
+        read_slices.append(read_slice(s, i, memo))
         devices += len(read_slices[-1]["spec"].get("devices") or ())
         if devices > MAX_DEVICES:
             raise InvalidObject(f"input: more than {MAX_DEVICES} devices in all ResourceSlices")

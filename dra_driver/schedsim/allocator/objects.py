@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dra_driver.schedsim.allocator.fastread import DeviceMemo, read_device
 from dra_driver.schedsim.allocator.validate import (
     MAX_ATTRIBUTE_VALUE_LENGTH,
     MAX_ATTRIBUTE_VALUES,
@@ -226,8 +227,12 @@ def _device(r: Reader, v: Any, path: str) -> dict[str, Any]:
     return out
 
 
-def read_slice(obj: Any, index: int) -> dict[str, Any]:
-    """A ResourceSlice's fields the simulator reads (``index``: its place in the input, for messages)."""
+def read_slice(obj: Any, index: int, memo: DeviceMemo | None = None) -> dict[str, Any]:
+    """A ResourceSlice's fields the simulator reads (``index``: its place in the input, for messages).
+
+    ``memo``: the parts of devices read before in the same explanation (see ``fastread.py``);
+    devices of the usual shape are read through it, the others (and those it declines) field by field.
+    """
     r, o = _label("ResourceSlice", obj, index)
     sp = r.obj(o.get("spec"), "spec")
     spec: dict[str, Any] = {}
@@ -253,7 +258,9 @@ def read_slice(obj: Any, index: int) -> dict[str, Any]:
         spec["sharedCounters"] = sets
     if sp.get("devices") is not None:
         devices = r.seq(sp["devices"], "spec.devices", MAX_DEVICES_PER_SLICE)
-        spec["devices"] = [_device(r, d, f"spec.devices[{i}]") for i, d in enumerate(devices)]
+        if memo is None:
+            memo = DeviceMemo()
+        spec["devices"] = [read_device(d, memo) or _device(r, d, f"spec.devices[{i}]") for i, d in enumerate(devices)]
     return {"metadata": _metadata(r, o.get("metadata")), "spec": spec}
 
 

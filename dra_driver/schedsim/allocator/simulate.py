@@ -34,6 +34,7 @@ from dra_driver.schedsim.allocator.model import (
     qty,
 )
 from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec, unmergeable_terms
+from dra_driver.schedsim.allocator.shapes import SelectorOutcome, ShapeCache
 from dra_driver.schedsim.cel import CelCompileError, CelError, CompiledSelector, DeviceView, compile_selector
 from dra_driver.schedsim.rules import NEWEST, Rules
 
@@ -102,8 +103,12 @@ class NodeAllocator:
         labels: Mapping[str, str] | None = None,
         deadline: float | None = None,
         rules: Rules = NEWEST,
+        shapes: ShapeCache | None = None,
     ) -> None:
         self.claims, self.classes, self.pools, self.state, self.node = claims, classes, pools, state, node
+        # Views and selector outcomes by device shape, shared by the allocators of one explanation
+        # (the same claims, classes and rules); see shapes.py.
+        self.shapes = shapes if shapes is not None else ShapeCache()
         self.rules = rules  # the release whose scheduler this one follows
         self.labels: Mapping[str, str] = labels or {}  # the node's labels, for per-device node selectors
         self.deadline = deadline  # time.monotonic() past which the search gives up (None: no clock bound)
@@ -118,7 +123,6 @@ class NodeAllocator:
         self.results: list[list[Result]] = [[] for _ in claims]
         self.constraints: list[list[Constraint]] = []
         self.all_devices: dict[tuple[int, int, int], list[tuple[Pool, Mapping[str, Any], Mapping[str, Any]]]] = {}
-        self._views: dict[DeviceID, DeviceView] = {}
         self.steps = 0
 
     # -- setup ----------------------------------------------------------------------------------
@@ -248,27 +252,46 @@ class NodeAllocator:
         ck = (ci, req.name, did)  # binding conditions need no check: the incubating allocator has them enabled
         if ck in self.match_cache:
             return self.match_cache[ck]
-        cls = self.classes.get(req.class_name) or {}
-        class_sels = [str((x.get("cel") or {}).get("expression", "")) for x in (cls.get("spec") or {}).get("selectors") or []]
-        ok = self._selectors(ci, did, d, class_sels, req.class_name) and self._selectors(ci, did, d, req.selectors, None)
+        out = self.selector_outcome(ci, req, did, d)
+        if out is not None and out.stage != "false":
+            where = f"class {req.class_name}" if out.group == 0 else f"claim {claim_key(self.claims[ci])}"
+            if out.stage == "compile":
+                raise AllocationAborted(f"{where}: selector #{out.index}: CEL compile error: {out.message}")
+            raise AllocationAborted(self._runtime_error(where, out.index, did, out.message))
+        ok = out is None
         if ok and slice_spec(s).get("perDeviceNodeSelection"):
             ok = node_matches(self.node, self.labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector"))
         self.match_cache[ck] = ok
         return ok
 
-    def _selectors(self, ci: int, did: DeviceID, d: Mapping[str, Any], sels: list[str], class_name: str | None) -> bool:
-        where = f"class {class_name}" if class_name is not None else f"claim {claim_key(self.claims[ci])}"
-        for i, expr in enumerate(sels):
-            try:
-                sel = compile_cached(expr, self.rules)
-            except CelError as err:
-                raise AllocationAborted(f"{where}: selector #{i}: CEL compile error: {err.message}") from None
-            try:
-                if not sel.matches_view(self.view(did, d)):
-                    return False
-            except CelError as err:
-                raise AllocationAborted(self._runtime_error(where, i, did, err.message)) from None
-        return True
+    def selector_outcome(self, ci: int, req: Request, did: DeviceID, d: Mapping[str, Any]) -> SelectorOutcome | None:
+        """The first of the class's then the request's selectors that rejects the device (false or an error); None: all accept it.
+
+        Computed once per device shape (see ``shapes.py``): the outcome never names the device.
+        """
+        view = self.view(did, d)
+        key = (ci, req.name, id(view))
+        outcomes = self.shapes.outcomes
+        if key in outcomes:
+            return outcomes[key]
+        cls = self.classes.get(req.class_name) or {}
+        class_sels = [str((x.get("cel") or {}).get("expression", "")) for x in (cls.get("spec") or {}).get("selectors") or []]
+        out = outcomes[key] = self._evaluate(((0, class_sels), (1, req.selectors)), view)
+        return out
+
+    def _evaluate(self, groups: tuple[tuple[int, list[str]], ...], view: DeviceView) -> SelectorOutcome | None:
+        for group, sels in groups:
+            for i, expr in enumerate(sels):
+                try:
+                    sel = compile_cached(expr, self.rules)
+                except CelError as err:
+                    return SelectorOutcome(group, i, expr, "compile", err.kind, err.message)
+                try:
+                    if not sel.matches_view(view):
+                        return SelectorOutcome(group, i, expr, "false")
+                except CelError as err:
+                    return SelectorOutcome(group, i, expr, "runtime", err.kind, err.message)
+        return None
 
     def _runtime_error(self, where: str, i: int, did: DeviceID, message: str) -> str:
         """A selector's runtime error as the release words it (1.37+: the device named, ``EnhanceRuntimeError``'s hint)."""
@@ -279,12 +302,16 @@ class NodeAllocator:
         return f"{where}: selector #{i} on device {did[0]}/{did[1]}/{did[2]}: CEL runtime error: {message}"
 
     def view(self, did: DeviceID, d: Mapping[str, Any]) -> DeviceView:
-        """The device as selectors see it (built once per attempt; answers are shared by projection)."""
-        v = self._views.get(did)
+        """The device as selectors see it: one view per device shape (driver, attributes, capacity, multiple allocations)."""
+        sees_multi = self.rules.selectors_see_multiple_allocations
+        multi = d.get("allowMultipleAllocations") if sees_multi else None
+        key = (did[0], id(d.get("attributes")), id(d.get("capacity")), multi)
+        views = self.shapes.views
+        v = views.get(key)
         if v is None:
-            if not self.rules.selectors_see_multiple_allocations and "allowMultipleAllocations" in d:
+            if not sees_multi and "allowMultipleAllocations" in d:
                 d = {k: x for k, x in d.items() if k != "allowMultipleAllocations"}
-            v = self._views[did] = DeviceView.of(d, did[0])
+            v = views[key] = DeviceView.of(d, did[0])
         return v
 
     def capacity_ok(self, req: Request, pool: Pool, d: Mapping[str, Any]) -> tuple[bool, str]:
@@ -296,7 +323,21 @@ class NodeAllocator:
             return True, ""
         did = self.dev_id(pool, d)
         fractional = self.rules.fractional_capacity
-        return capacity_fits(req, d, self.state.shared.get(did), self.allocating_capacity.get(did), fractional=fractional)
+        used, allocating = self.state.shared.get(did), self.allocating_capacity.get(did)
+        if used is not None or allocating is not None or req.capacity:
+            return capacity_fits(req, d, used, allocating, fractional=fractional)
+        # Nothing of the device in use and nothing asked for: the answer is the device's capacity's, once per shape.
+        caps = d.get("capacity")
+        key = (id(caps), fractional)
+        hit = self.shapes.capacity.get(key)
+        if hit is None:
+            try:
+                hit = self.shapes.capacity[key] = (caps, capacity_fits(req, d, None, None, fractional=fractional), None)
+            except CapacityError as err:
+                hit = self.shapes.capacity[key] = (caps, (False, ""), str(err))
+        if hit[2] is not None:
+            raise CapacityError(hit[2])
+        return hit[1]
 
     def _capacity_or_abort(self, ci: int, req: Request, pool: Pool, d: Mapping[str, Any], what: str) -> bool:
         """:meth:`capacity_ok`; a request it cannot compute aborts the attempt (``what``: checking / rechecking)."""

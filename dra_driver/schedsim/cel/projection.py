@@ -180,44 +180,73 @@ def _split(name: str, driver: str) -> tuple[str, str]:
     return driver, name
 
 
-@dataclass(slots=True)
-class DeviceView:
-    """One device split by domain, as CEL sees it, plus hashable pieces for projection keys."""
+_UNSET: Any = object()
 
-    device: Mapping[str, Any]
-    driver: str
-    attributes: dict[str, dict[str, Any]]
-    capacity: dict[str, dict[str, Any]]
-    multi: bool
-    error: str | None  # the device fails CEL conversion (an unparsable version): every selector errs
-    cached_value: Any = None
+
+class DeviceView:
+    """One device as CEL sees it, plus hashable pieces for projection keys.
+
+    Built cheaply and filled in on demand: a selector that reads one attribute looks that one up
+    in the published map (:meth:`piece`); the maps split by domain (``attributes``, ``capacity``),
+    the conversion error (``error``) and the CEL value are each computed once, when first asked for.
+    """
+
+    __slots__ = ("_attributes", "_capacity", "_error", "cached_value", "device", "driver", "multi")
+
+    def __init__(self, device: Mapping[str, Any], driver: str) -> None:
+        self.device = device
+        self.driver = driver
+        self.multi = bool(device.get("allowMultipleAllocations", False))
+        self._attributes: dict[str, dict[str, Any]] | None = None
+        self._capacity: dict[str, dict[str, Any]] | None = None
+        self._error: str | None = _UNSET
+        self.cached_value: Any = None
 
     @staticmethod
     def of(device: Mapping[str, Any], driver: str) -> DeviceView:
-        """Split ``device`` (API JSON) for ``driver``."""
-        attrs: dict[str, dict[str, Any]] = {}
-        error = None
-        for name, attr in (device.get("attributes") or {}).items():
-            d, i = name.split("/", 1) if "/" in name else (driver, name)
-            if type(attr) is dict and len(attr) == 1:  # the usual form, {"string": "..."}: no detour
-                ((kind, value),) = attr.items()
-                tv = type(value)
-                if tv is str or tv is int or tv is bool or tv is float:
-                    attrs.setdefault(d, {})[i] = (kind, value)
-                    if error is None and kind not in _PLAIN_KINDS:
-                        error = _attribute_error(name, attr)
-                    continue
-            attrs.setdefault(d, {})[i] = _attr_key(attr)
-            if error is None:
+        """A view of ``device`` (API JSON) for ``driver``."""
+        return DeviceView(device, driver)
+
+    @property
+    def attributes(self) -> dict[str, dict[str, Any]]:
+        """Domain -> id -> hashable value: (kind, value) for the usual one-key form."""
+        if self._attributes is None:
+            attrs: dict[str, dict[str, Any]] = {}
+            for name, attr in (self.device.get("attributes") or {}).items():
+                d, i = _split(name, self.driver)
+                attrs.setdefault(d, {})[i] = _attr_value(attr)
+            self._attributes = attrs
+        return self._attributes
+
+    @property
+    def capacity(self) -> dict[str, dict[str, Any]]:
+        """Domain -> id -> the published quantity text."""
+        if self._capacity is None:
+            caps: dict[str, dict[str, Any]] = {}
+            for name, cap in (self.device.get("capacity") or {}).items():
+                d, i = _split(name, self.driver)
+                caps.setdefault(d, {})[i] = _cap_value(cap)
+            self._capacity = caps
+        return self._capacity
+
+    @property
+    def error(self) -> str | None:
+        """The device fails CEL conversion (an unparsable version or quantity): every selector errs with this."""
+        if self._error is _UNSET:
+            error = None
+            for name, attr in (self.device.get("attributes") or {}).items():
+                if type(attr) is dict and len(attr) == 1 and next(iter(attr)) in _PLAIN_KINDS:
+                    continue  # the usual form of a kind that always converts
                 error = _attribute_error(name, attr)
-        caps: dict[str, dict[str, Any]] = {}
-        for name, cap in (device.get("capacity") or {}).items():
-            d, i = name.split("/", 1) if "/" in name else (driver, name)
-            value = cap.get("value") if isinstance(cap, Mapping) else cap
-            caps.setdefault(d, {})[i] = value
+                if error is not None:
+                    break
             if error is None:
-                error = _capacity_error(name, value)
-        return DeviceView(device, driver, attrs, caps, bool(device.get("allowMultipleAllocations", False)), error)
+                for name, cap in (self.device.get("capacity") or {}).items():
+                    error = _capacity_error(name, _cap_value(cap))
+                    if error is not None:
+                        break
+            self._error = error
+        return self._error
 
     def value(self) -> dict[str, Any]:
         """The CEL ``device`` value (built once)."""
@@ -228,13 +257,41 @@ class DeviceView:
 
     def piece(self, which: str, domain: str, ident: str | None) -> Any:
         """The hashable value of one read (missing reads as None)."""
-        m = self.attributes if which == "attributes" else self.capacity
-        dom = m.get(domain)
-        if ident is None:
-            return _freeze(dom)
-        if dom is None:
+        split = self._attributes if which == "attributes" else self._capacity
+        if ident is None or split is not None:
+            m = self.attributes if which == "attributes" else self.capacity
+            dom = m.get(domain)
+            if ident is None:
+                return _freeze(dom)
+            return None if dom is None else dom.get(ident)
+        # One entry, looked up in the published map: the names that file under (domain, ident) are
+        # "domain/ident" and, in the driver's domain, the bare "ident"; with both, the later one counts.
+        raw: Mapping[str, Any] = self.device.get(which) or {}
+        qualified = f"{domain}/{ident}" if "/" not in domain else None
+        bare = ident if domain == self.driver and "/" not in ident else None
+        found_q = qualified is not None and qualified in raw
+        found_b = bare is not None and bare in raw
+        if found_q and found_b:  # rare: let the split map decide, as it files them in order
+            m = self.attributes if which == "attributes" else self.capacity
+            return m[domain][ident]
+        if not found_q and not found_b:
             return None
-        return dom.get(ident)
+        v = raw[qualified] if found_q else raw[bare]  # type: ignore[index] # the found one is not None
+        return _attr_value(v) if which == "attributes" else _cap_value(v)
+
+
+def _attr_value(attr: Any) -> Any:
+    """An attribute's hashable value: (kind, value) for the usual one-key form of a scalar."""
+    if type(attr) is dict and len(attr) == 1:
+        ((kind, value),) = attr.items()
+        tv = type(value)
+        if tv is str or tv is int or tv is bool or tv is float:
+            return (kind, value)
+    return _attr_key(attr)
+
+
+def _cap_value(cap: Any) -> Any:
+    return cap.get("value") if isinstance(cap, Mapping) else cap
 
 
 @functools.lru_cache(maxsize=4096)

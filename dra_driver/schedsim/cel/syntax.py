@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import lark
 
+from dra_driver.schedsim.cel import parser_tables
 from dra_driver.schedsim.cel.macros import MacroExpander
 from dra_driver.schedsim.cel.nodes import (
     Call,
@@ -317,23 +318,36 @@ def _keyword_literal(tok: lark.Token) -> lark.Token:
     return tok
 
 
-@functools.cache
-def _lark() -> lark.Lark:
-    """A Lark parser for cel-python's published CEL grammar (built once)."""
+def grammar_and_options() -> tuple[str, dict[str, Any]]:
+    """The grammar the parser is built from (cel-python's, amended) and Lark's options for it."""
     grammar = importlib.resources.files("celpy").joinpath("cel.lark").read_text(encoding="utf-8")
     # cel-python lexes "1." as a float, so "1.size()" fails to parse; in CEL (and cel-go) a float
     # needs a digit after the point, and "1.f()" is a call on the int 1.
     grammar = grammar.replace(_LOOSE_FLOAT, "")
-    return lark.Lark(
-        grammar,
-        parser="lalr",
-        start="expr",
-        g_regex_flags=re.M,
-        lexer_callbacks={"IDENT": _keyword_literal},
-        propagate_positions=True,
-        maybe_placeholders=False,
-        priority="invert",
-    )
+    options: dict[str, Any] = {
+        "parser": "lalr",
+        "start": "expr",
+        "g_regex_flags": re.M,
+        "lexer_callbacks": {"IDENT": _keyword_literal},
+        "propagate_positions": True,
+        "maybe_placeholders": False,
+        "priority": "invert",
+    }
+    return grammar, options
+
+
+PARSER_TABLES = "cel_parser.json"  # beside this module: see parser_tables.py
+
+
+@functools.cache
+def _lark() -> lark.Lark:
+    """A Lark parser for cel-python's published CEL grammar (once per process; from the shipped tables when they fit)."""
+    grammar, options = grammar_and_options()
+    try:
+        text: str | None = importlib.resources.files(__package__).joinpath(PARSER_TABLES).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = None
+    return parser_tables.load(text, grammar, options) or lark.Lark(grammar, **options)
 
 
 def parse(text: str) -> Expr:

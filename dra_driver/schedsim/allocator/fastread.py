@@ -1,0 +1,210 @@
+"""The fast path of the ResourceSlice device reader: the usual device shape, with its parts read once.
+
+Called by ``objects.read_slice`` for each device before the field-by-field reader (``objects._device``).
+A large cluster publishes the same parts over and over: every MIG placement of one profile on one
+GPU has the same attributes, every device of one profile the same capacity, a device of one name
+the same counter consumption on every node. :func:`read_device` accepts only the usual shape (a
+name, attributes of one scalar each, plain quantities, counters, ``allowMultipleAllocations``)
+and returns a copy equal to what ``_device`` returns for it; for anything else (another field, a
+value of an unusual form, any value ``_device`` would refuse) it returns None and the caller reads
+the device the slow way, which also words any error. A part equal to one read before (the
+previous device's, or the one of a device of the same name) is not checked again: its earlier
+copy is returned, so devices of one shape share their parts (the allocator's caches, keyed by
+those parts' identity, then compute once per shape); parts read anew that equal earlier ones in
+content are given the earlier copy too (:meth:`DeviceMemo.intern`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dra_driver.schedsim.allocator.validate import (
+    MAX_ATTRIBUTE_VALUE_LENGTH,
+    MAX_ATTRIBUTES_AND_CAPACITIES,
+    MAX_CONSUMPTIONS_PER_DEVICE,
+    MAX_COUNTERS_PER_SET,
+    MAX_NAME_LENGTH,
+    plain_quantity,
+)
+
+# Fields the fast path reads; a device with any other field (taints, node selection, binding
+# conditions, or anything unknown) takes the field-by-field reader.
+_FIELDS = frozenset({"name", "attributes", "capacity", "consumesCounters", "allowMultipleAllocations"})
+_CONSUMPTION_FIELDS = frozenset({"counterSet", "counters"})
+_INT64 = 2**63
+
+
+class DeviceMemo:
+    """The parts read so far in one explanation: the last device's attributes, and by device name its other parts.
+
+    Each entry holds the input part and its checked copy; an input equal to it gets that copy if
+    it also agrees on what ``==`` does not look at but the reader does: the order of the keys, and
+    the types of numbers (``==`` equates ``1``, ``1.0`` and ``True``).
+    """
+
+    __slots__ = ("attributes", "by_name", "interned")
+
+    def __init__(self) -> None:
+        self.attributes: _Seen | None = None
+        self.by_name: dict[str, tuple[_Seen | None, _Seen | None]] = {}
+        self.interned: dict[tuple[Any, ...], Any] = {}  # content -> the one copy of equal parts
+
+    def intern(self, key: tuple[Any, ...], copy: Any) -> Any:
+        """The copy already made of parts with this content (``key``), else ``copy``, remembered."""
+        return self.interned.setdefault(key, copy)
+
+
+class _Seen:
+    """One part read before: the input, its copy, its key order and the types of its numeric attribute values."""
+
+    __slots__ = ("copy", "keys", "numeric", "raw")
+
+    def __init__(self, raw: Any, copy: Any, numeric: tuple[tuple[str, type], ...] = ()) -> None:
+        self.raw, self.copy, self.numeric = raw, copy, numeric
+        self.keys = tuple(raw) if type(raw) is dict else _counter_keys(raw)
+
+    def same(self, v: dict[str, Any]) -> bool:
+        """The map ``v`` reads as this one did: equal, keys in the same order, numbers of the same types."""
+        if v != self.raw or tuple(v) != self.keys:
+            return False
+        for name, t in self.numeric:
+            ((_, x),) = v[name].items()
+            if type(x) is not t:
+                return False
+        return True
+
+    def same_consumptions(self, v: Any) -> bool:
+        """The ``consumesCounters`` list ``v`` reads as this one did: equal, each one's counters in the same order."""
+        return type(v) is list and v == self.raw and _counter_keys(v) == self.keys
+
+
+def _counter_keys(v: list[Any]) -> tuple[Any, ...]:
+    """The key order of each consumption's counters."""
+    return tuple(tuple(cc.get("counters") or ()) for cc in v)
+
+
+_NOTHING: tuple[None, None] = (None, None)
+_EMPTY: dict[str, Any] = {}
+
+
+def _attributes(v: Any) -> dict[str, Any] | None:
+    """The copy of an attributes map whose every entry is one valid scalar; None otherwise."""
+    if type(v) is not dict or len(v) > MAX_ATTRIBUTES_AND_CAPACITIES:
+        return None
+    out: dict[str, Any] = {}
+    for name, a in v.items():
+        if type(name) is not str or len(name) > MAX_NAME_LENGTH or type(a) is not dict or len(a) != 1:
+            return None
+        ((kind, x),) = a.items()
+        tx = type(x)
+        if not (
+            (tx is str and (kind == "string" or kind == "version") and len(x) <= MAX_ATTRIBUTE_VALUE_LENGTH)  # noqa: PLR1714 - two comparisons beat a set's hash here
+            or (tx is int and kind == "int" and -_INT64 <= x < _INT64)
+            or (tx is bool and kind == "bool")
+        ):
+            return None
+        out[name] = {kind: x}
+    return out
+
+
+def _quantities(v: Any, limit: int) -> dict[str, Any] | None:
+    """The copy of a map of ``{"value": <plain quantity>}`` entries (capacities, counters); None otherwise."""
+    if type(v) is not dict or len(v) > limit:
+        return None
+    out: dict[str, Any] = {}
+    for name, c in v.items():
+        if type(name) is not str or len(name) > MAX_NAME_LENGTH or type(c) is not dict or len(c) != 1:
+            return None
+        q = c.get("value")
+        if q is None or not plain_quantity(q):
+            return None
+        out[name] = {"value": q}
+    return out
+
+
+def _consumptions(v: Any) -> list[dict[str, Any]] | None:
+    """The copy of ``consumesCounters`` (each entry a counter set's name and plain counters); None otherwise."""
+    if type(v) is not list or len(v) > MAX_CONSUMPTIONS_PER_DEVICE:
+        return None
+    out: list[dict[str, Any]] = []
+    for cc in v:
+        if type(cc) is not dict or not cc.keys() <= _CONSUMPTION_FIELDS:
+            return None
+        counters = _quantities(cc.get("counters"), MAX_COUNTERS_PER_SET) if cc.get("counters") is not None else {}
+        if counters is None:
+            return None
+        cs = cc.get("counterSet")
+        if cs is not None and (type(cs) is not str or len(cs) > MAX_NAME_LENGTH):
+            return None
+        entry: dict[str, Any] = {"counters": counters}
+        if cs is not None:
+            entry["counterSet"] = cs
+        out.append(entry)
+    return out
+
+
+def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR0911, PLR0912, PLR0915 - one early return per shape it declines
+    """The checked copy of a device of the usual shape (equal to ``objects._device``'s), or None to read it the slow way."""
+    if type(m) is not dict or not m.keys() <= _FIELDS:
+        return None
+    name = m.get("name")
+    if name is not None and (type(name) is not str or len(name) > MAX_NAME_LENGTH):
+        return None
+    seen_caps, seen_ccs = memo.by_name.get(name, _NOTHING) if name is not None else _NOTHING
+    attrs_in = m.get("attributes")
+    attrs: dict[str, Any] = _EMPTY
+    if type(attrs_in) is dict:
+        prev = memo.attributes
+        if prev is not None and prev.same(attrs_in):
+            attrs = prev.copy
+        else:
+            read = _attributes(attrs_in)
+            if read is None:
+                return None
+            attrs = read
+            numeric = tuple((n, type(x)) for n, a in attrs.items() for x in a.values() if type(x) is not str)
+            attrs = memo.intern(("a", *((n, k, type(x), x) for n, a in attrs.items() for k, x in a.items())), attrs)
+            memo.attributes = _Seen(attrs_in, attrs, numeric)
+    elif attrs_in is not None or "attributes" in m:
+        return None
+    caps_in = m.get("capacity")
+    caps: dict[str, Any] = _EMPTY
+    if type(caps_in) is dict:
+        if seen_caps is not None and seen_caps.same(caps_in):
+            caps = seen_caps.copy
+        else:
+            read = _quantities(caps_in, MAX_ATTRIBUTES_AND_CAPACITIES)
+            if read is None:
+                return None
+            caps = read
+            caps = memo.intern(("c", *((n, c["value"]) for n, c in caps.items())), caps)
+            seen_caps = _Seen(caps_in, caps)
+    elif caps_in is not None or "capacity" in m:
+        return None
+    if len(attrs) + len(caps) > MAX_ATTRIBUTES_AND_CAPACITIES:
+        return None
+    out: dict[str, Any] = {} if name is None else {"name": name}
+    if attrs_in is not None:
+        out["attributes"] = attrs
+    if caps_in is not None:
+        out["capacity"] = caps
+    multi = m.get("allowMultipleAllocations")
+    if multi is not None:
+        if type(multi) is not bool:
+            return None
+        out["allowMultipleAllocations"] = multi
+    ccs_in = m.get("consumesCounters")
+    if ccs_in is not None:
+        if seen_ccs is not None and seen_ccs.same_consumptions(ccs_in):
+            ccs = seen_ccs.copy
+        else:
+            ccs = _consumptions(ccs_in)
+            if ccs is None:
+                return None
+            key = tuple((cc.get("counterSet"), *((n, c["value"]) for n, c in cc["counters"].items())) for cc in ccs)
+            ccs = memo.intern(("k", *key), ccs)
+            seen_ccs = _Seen(ccs_in, ccs)
+        out["consumesCounters"] = ccs
+    if name is not None:
+        memo.by_name[name] = (seen_caps, seen_ccs)
+    return out

@@ -1,0 +1,53 @@
+"""What one explanation computes once per device *shape* and shares between nodes and devices.
+
+Used by the allocator (``simulate.py``: :meth:`NodeAllocator.view`, :meth:`NodeAllocator.selector_outcome`,
+:meth:`NodeAllocator.capacity_ok`)
+and by candidate explanations (``candidates.py``). Selectors see a device through its driver,
+attributes, capacity and ``allowMultipleAllocations`` only, so devices that share those (the
+reader in ``fastread.py`` gives equal parts one copy) share one :class:`~dra_driver.schedsim.cel.DeviceView`
+and one outcome of a request's selectors, however many nodes publish them. A device's own name
+never enters a cached outcome: messages that name the device are worded by the caller. One
+:class:`ShapeCache` serves one explanation (one set of claims, classes and rules); a
+``NodeAllocator`` made without one gets its own, which computes the same answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.schedsim.cel import DeviceView
+
+# (driver, id of attributes, id of capacity, allowMultipleAllocations as selectors see it): the
+# parts are kept alive by the view's device, so their ids stay theirs while the cache lives.
+ViewKey = tuple[str, int, int, bool | None]
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorOutcome:
+    """Why a request's selectors reject a device: the first selector that is false or fails.
+
+    ``group``: 0 for the class's selectors, 1 for the request's; ``index``: the selector's place
+    in its list; ``stage``: ``false`` (it evaluated to false), ``compile`` (it does not compile)
+    or ``runtime`` (its evaluation failed); for the last two, ``error_kind`` and ``message`` are
+    the :class:`~dra_driver.schedsim.cel.CelError`'s.
+    """
+
+    group: int
+    index: int
+    expression: str
+    stage: str
+    error_kind: str = ""
+    message: str = ""
+
+
+@dataclass(slots=True)
+class ShapeCache:
+    """Views by device shape, selector outcomes by (claim index, request name, view), capacity checks by capacity."""
+
+    views: dict[ViewKey, DeviceView] = field(default_factory=dict)
+    # None: every selector accepts the device.
+    outcomes: dict[tuple[int, str, int], SelectorOutcome | None] = field(default_factory=dict)
+    # (id of capacity, fractional) -> (the capacity, kept alive; capacity_fits' answer; its error, or None),
+    # for requests that ask for no capacity on devices nothing uses yet.
+    capacity: dict[tuple[int, bool], tuple[Any, tuple[bool, str], str | None]] = field(default_factory=dict)
