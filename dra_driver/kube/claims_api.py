@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dra_driver.kube.connection import ApiConnection
-from dra_driver.kube.rest import KubeApiError, RestApi
+from dra_driver.kube.rest import KubeApiError, RestApi, node_uid_of
 
 
 class ClaimLookupError(Exception):
@@ -45,7 +45,7 @@ class KubeClaimApi:
     def _node_uid(self, node_name: str) -> str:
         if node_name not in self._node_uids:
             node = self._rest.call("GET", f"/api/v1/nodes/{quote(node_name, safe='')}")
-            self._node_uids[node_name] = str(node["metadata"]["uid"])
+            self._node_uids[node_name] = node_uid_of(node, node_name)
         return self._node_uids[node_name]
 
     def node_event(self, *, node_name: str, reason: str, message: str, warning: bool, component: str) -> None:

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from dra_driver.core.api_errors import ApiError
 from dra_driver.kube.connection import TRANSPORT_ERRORS, ApiConnection, Timeouts
 
-__all__ = ["CONNECT_TIMEOUT_S", "JSON", "TRANSPORT_ERRORS", "KubeApiError", "RestApi", "error_of"]
+__all__ = ["CONNECT_TIMEOUT_S", "JSON", "TRANSPORT_ERRORS", "KubeApiError", "RestApi", "error_of", "node_uid_of"]
 
 JSON = "application/json"
 CONNECT_TIMEOUT_S = 5.0
@@ -33,7 +33,7 @@ def error_of(status: int, body: bytes, fallback_reason: str) -> KubeApiError:
     reason, message = fallback_reason, body.decode("utf-8", "replace")[:1000]
     try:
         obj = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the decoder's stack
         return KubeApiError(status, reason, message)
     if isinstance(obj, dict):
         reason = str(obj.get("reason") or reason)
@@ -107,8 +107,17 @@ class RestApi:
             raise error_of(status, data, str(raw.reason or "Error"))
         try:
             obj = json.loads(data)
-        except ValueError as exc:
-            raise KubeApiError(status, "InvalidResponse", f"answer is not JSON: {exc}") from exc
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the decoder's stack
+            raise KubeApiError(status, "InvalidResponse", f"answer is not JSON: {str(exc)[:200]}") from None
         if not isinstance(obj, dict):
             raise KubeApiError(status, "InvalidResponse", "answer is not a JSON object")
         return obj
+
+
+def node_uid_of(obj: dict[str, Any], node: str) -> str:
+    """A Node object's ``metadata.uid`` as the API answered it; KubeApiError when it has none (any shape tolerated)."""
+    meta = obj.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    if not isinstance(uid, str) or not uid or len(uid) > 128:
+        raise KubeApiError(200, "InvalidResponse", f"node {node!r} has no metadata.uid")
+    return uid

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dra_driver.kube.connection import ApiConnection
-from dra_driver.kube.rest import TRANSPORT_ERRORS, KubeApiError, RestApi, error_of
+from dra_driver.kube.rest import TRANSPORT_ERRORS, KubeApiError, RestApi, error_of, node_uid_of
 
 MAX_WATCH_EVENT_BYTES = 64 << 20
 """One watch event (a ResourceSlice, at most etcd's 1.5 MiB object, as JSON): a longer line is no event."""
@@ -24,6 +24,8 @@ __all__ = ["RESOURCE_SLICES_PATH", "KubeApiError", "KubeSliceApi"]
 
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 _LIST_PAGE = 500
+_MAX_LIST_PAGES = 1000
+"""A node's slices are a handful; a list that goes on past this many pages (or repeats a page) is refused."""
 
 
 class KubeSliceApi:
@@ -45,17 +47,24 @@ class KubeSliceApi:
     def list(self, driver: str, node: str) -> tuple[list[dict[str, Any]], str]:
         """All slices of ``driver`` on ``node`` and the list's resourceVersion (to watch from)."""
         items: list[dict[str, Any]] = []
-        cont = ""
+        cont, seen = "", set[str]()
         while True:
             query = [("fieldSelector", self._selector(driver, node)), ("limit", str(_LIST_PAGE))]
             if cont:
                 query.append(("continue", cont))
             page = self._json("GET", RESOURCE_SLICES_PATH, query=query)
-            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
-            meta = page.get("metadata") or {}
-            cont = str(meta.get("continue") or "")
+            got, meta = page.get("items") or [], page.get("metadata") or {}
+            if not isinstance(got, list) or not isinstance(meta, dict):
+                raise KubeApiError(0, "InvalidResponse", "a ResourceSlice list answer without an items list and metadata")
+            items.extend(i for i in got if isinstance(i, dict))
+            cont, rv = meta.get("continue") or "", meta.get("resourceVersion") or ""
+            if not isinstance(cont, str) or not isinstance(rv, str):
+                raise KubeApiError(0, "InvalidResponse", "a ResourceSlice list's continue or resourceVersion is not a string")
             if not cont:
-                return items, str(meta.get("resourceVersion") or "")
+                return items, rv
+            if cont in seen or len(seen) >= _MAX_LIST_PAGES:  # bounded work whatever the server answers
+                raise KubeApiError(0, "InvalidResponse", f"the ResourceSlice list did not end after {len(seen) + 1} pages")
+            seen.add(cont)
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create a slice; returns the object as stored."""
@@ -121,14 +130,23 @@ class KubeSliceApi:
 
     @staticmethod
     def _event(line: bytes) -> tuple[str, dict[str, Any]]:
+        """One watch line as ``(type, object)``; anything but an event with an object is a KubeApiError."""
         try:
             event = json.loads(line)
-        except ValueError as exc:
-            raise KubeApiError(0, "InvalidWatchEvent", str(exc)) from exc
-        kind = str(event.get("type") or "")
-        obj = event.get("object") or {}
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the decoder's stack
+            raise KubeApiError(0, "InvalidWatchEvent", f"not JSON: {str(exc)[:200]}") from None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise KubeApiError(0, "InvalidWatchEvent", "a watch event is an object with a string type")
+        kind, obj = event["type"], event.get("object")
+        if not isinstance(obj, dict):
+            raise KubeApiError(0, "InvalidWatchEvent", f"the {kind[:50]!r} event's object is not an object")
         if kind == "ERROR":
-            raise KubeApiError(int(obj.get("code") or 0), str(obj.get("reason") or "Error"), str(obj.get("message")))
+            code = obj.get("code")
+            raise KubeApiError(
+                code if isinstance(code, int) and 0 <= code <= 999 else 0,
+                str(obj.get("reason") or "Error")[:200],
+                str(obj.get("message"))[:1000],
+            )
         return kind, obj
 
     def interrupt_watches(self) -> None:
@@ -144,19 +162,16 @@ class KubeSliceApi:
 
     def node_uid(self, node: str) -> str:
         """Return the UID of Node ``node`` (for the slices' owner reference); 404 if it does not exist."""
-        obj = self._json("GET", f"/api/v1/nodes/{quote(node, safe='')}")
-        uid = str((obj.get("metadata") or {}).get("uid") or "")
-        if not uid:
-            raise KubeApiError(200, "InvalidResponse", f"node {node!r} has no metadata.uid")
-        return uid
+        return node_uid_of(self._json("GET", f"/api/v1/nodes/{quote(node, safe='')}"), node)
 
     def server_minor_version(self) -> int:
         """Return the API server's minor version from ``/version`` (``"36"`` and ``"36+"`` both give 36)."""
         info = self._json("GET", "/version")
-        match = re.match(r"\d+", str(info.get("minor") or ""))
+        minor, git = info.get("minor"), info.get("gitVersion")
+        match = re.match(r"\d{1,4}", minor) if isinstance(minor, str) else None
         if match is None:
-            match = re.match(r"v?\d+\.(\d+)", str(info.get("gitVersion") or ""))
+            match = re.match(r"v?\d{1,4}\.(\d{1,4})", git) if isinstance(git, str) else None
             if match is None:
-                raise KubeApiError(200, "InvalidResponse", f"cannot read a minor version from {info!r}")
+                raise KubeApiError(200, "InvalidResponse", f"cannot read a minor version from {str(info)[:300]}")
             return int(match.group(1))
         return int(match.group(0))
