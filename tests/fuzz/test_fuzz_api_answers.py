@@ -170,46 +170,51 @@ def connection(server: HostileServer) -> ApiConnection:
     return ApiConnection(f"http://127.0.0.1:{server.port}", honour_proxy_env=False)
 
 
+def fuzz_answers(
+    server: HostileServer,
+    name: str,
+    seed: Callable[[], Any],
+    read: Callable[[], object],
+    allowed: tuple[type[BaseException], ...],
+    *,
+    base: int = 600,
+    lines: bool = False,
+) -> None:
+    """``read`` once per hostile answer around ``seed()``: only ``allowed`` errors, some answers accepted."""
+
+    def target(answer: bytes) -> None:
+        server.answer = answer
+        read()
+
+    rep = harness.run(name, answers(seed, harness.budget(base), name, lines=lines), target, allowed)
+    harness.assert_clean(rep)
+    assert rep.rejected > 0 and rep.accepted > 0, name
+
+
 def test_a_claim_lookup_turns_any_answer_into_a_claim_lookup_error(server: HostileServer) -> None:
     claims = KubeClaimApi(connection(server), timeout_s=2.0)
-
-    def lookup(answer: bytes) -> None:
-        server.answer = answer
-        claims.get_claim("ns", "claim-a")
-
     seed = allocated_claim()
-    inputs = answers(lambda: seed, harness.budget(600), "api-claim")
-    rep = harness.run("api answer: claim GET", inputs, lookup, (ClaimLookupError,))
-    harness.assert_clean(rep)
-    assert rep.rejected > 0 and rep.accepted > 0
+    fuzz_answers(server, "api answer: claim GET", lambda: seed, lambda: claims.get_claim("ns", "claim-a"), (ClaimLookupError,))
 
 
 def test_the_slice_list_turns_any_answer_into_a_kube_api_error(server: HostileServer) -> None:
     slices = KubeSliceApi(connection(server), request_timeout_s=2.0)
 
-    def list_slices(answer: bytes) -> None:
-        server.answer = answer
+    def list_slices() -> None:
         items, rv = slices.list("gpu.dra-gpu.dev", "node-a")
         assert isinstance(rv, str) and all(isinstance(i, dict) for i in items)
 
-    rep = harness.run("api answer: slice list", answers(list_page, harness.budget(600), "api-list"), list_slices, (KubeApiError,))
-    harness.assert_clean(rep)
-    assert rep.rejected > 0 and rep.accepted > 0
+    fuzz_answers(server, "api answer: slice list", list_page, list_slices, (KubeApiError,))
 
 
 def test_a_slice_watch_turns_any_stream_into_events_or_a_kube_api_error(server: HostileServer) -> None:
     slices = KubeSliceApi(connection(server), request_timeout_s=2.0)
 
-    def watch(answer: bytes) -> None:
-        server.answer = answer
+    def watch() -> None:
         for kind, obj in slices.watch("gpu.dra-gpu.dev", "node-a", "42", timeout_s=2.0):
             assert isinstance(kind, str) and isinstance(obj, dict)
 
-    rep = harness.run(
-        "api answer: slice watch", answers(watch_event, harness.budget(600), "api-watch", lines=True), watch, (KubeApiError,)
-    )
-    harness.assert_clean(rep)
-    assert rep.rejected > 0 and rep.accepted > 0
+    fuzz_answers(server, "api answer: slice watch", watch_event, watch, (KubeApiError,), lines=True)
 
 
 def node_doc() -> dict[str, Any]:
@@ -227,35 +232,20 @@ def test_node_version_event_and_status_answers_become_kube_api_errors(server: Ho
     slices = KubeSliceApi(conn, request_timeout_s=2.0)
     status = KubeClaimStatusApi(conn, field_manager="gpu.dra-gpu.dev", timeout_s=2.0)
 
-    def node(answer: bytes) -> None:
-        server.answer = answer
-        assert slices.node_uid("node-a")
-
-    def version(answer: bytes) -> None:
-        server.answer = answer
-        assert 0 <= slices.server_minor_version() <= 9999
-
-    def event(answer: bytes) -> None:
-        server.answer = answer
+    def event() -> None:
         KubeClaimApi(conn, timeout_s=2.0).node_event(
             node_name="node-a", reason="Test", message="m", warning=False, component="dra-gpu"
         )
 
-    def apply(answer: bytes) -> None:
-        server.answer = answer
+    def apply() -> None:
         stored = status.apply_status("ns", "claim-a", {"status": {"devices": []}})
         assert isinstance(entries_of(stored, "gpu.dra-gpu.dev"), list)
 
     seed_claim = allocated_claim()
-    for name, seed, call in (
-        ("api answer: node", node_doc, node),
-        ("api answer: version", version_doc, version),
-        ("api answer: node event", node_doc, event),
-        ("api answer: status apply", lambda: seed_claim, apply),
-    ):
-        rep = harness.run(name, answers(seed, harness.budget(300), name), call, (KubeApiError,))
-        harness.assert_clean(rep)
-        assert rep.rejected > 0 and rep.accepted > 0, name
+    fuzz_answers(server, "api answer: node", node_doc, lambda: slices.node_uid("node-a"), (KubeApiError,), base=300)
+    fuzz_answers(server, "api answer: version", version_doc, slices.server_minor_version, (KubeApiError,), base=300)
+    fuzz_answers(server, "api answer: node event", node_doc, event, (KubeApiError,), base=300)
+    fuzz_answers(server, "api answer: status apply", lambda: seed_claim, apply, (KubeApiError,), base=300)
 
 
 def test_the_framing_mutations_reach_the_reader_as_sent(server: HostileServer) -> None:
