@@ -3,17 +3,19 @@
 Registered by ``dra_driver.cli.main`` through :func:`add_explain_parser`. Live: ``NAME``
 (``pod/x``, ``resourceclaim/x``, ``resourceclaimtemplate/x``) is read from the API server
 (``--kubeconfig``, ``-n``) with every ResourceSlice, DeviceClass, Node and allocated claim
-(``dra_driver.kube.explain_api``); a pod's template claims are the ones its status names, or
-built from the template when none exists yet. Offline: the manifests (``-f``; a pod's claim
-templates come from the same file), ResourceSlices (``--slices``, e.g. ``dra-gpu inventory -o
-yaml`` output, several nodes concatenated), DeviceClasses (``--classes``; without it each driver
-in the slices gets a class of its own name that selects its devices) and already-allocated claims
-(``--allocated``). Either way the scheduler simulator (``dra_driver.schedsim``) does the rest.
+(``dra_driver.kube.explain_api``; classes, claims and nodes read while the slices are); a pod's
+template claims are the ones its status names, or built from the template when none exists yet.
+Offline: the manifests (``-f``; a pod's claim templates come from the same file), ResourceSlices
+(``--slices``, e.g. ``dra-gpu inventory -o yaml`` output, several nodes concatenated),
+DeviceClasses (``--classes``; without it each driver in the slices gets a class of its own name
+that selects its devices) and already-allocated claims (``--allocated``). Either way the
+scheduler simulator (``dra_driver.schedsim``) does the rest.
 
 :func:`explain_objects` is the whole offline path on parsed documents. Every object is checked
 on the way in (``dra_driver.schedsim.allocator.validate``): a malformed file or object, or one past
 the API's limits, is an :class:`InputError` naming the object and field, never a crash. The text
-report (summarized per group of nodes on a large cluster) is ``explain_text.py``'s.
+report (summarized per group of nodes on a large cluster) is ``explain_text.py``'s, the JSON
+writer ``explain_json.py``'s.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from dra_driver.cli.explain_json import dumps_indented
 from dra_driver.cli.explain_text import render_text
 from dra_driver.schedsim.allocator import Explanation, InvalidObject, explain
 from dra_driver.schedsim.allocator.objects import claim_spec
@@ -305,12 +309,18 @@ def run_live(*, target: str, namespace: str, kubeconfig: str | None) -> list[tup
     try:
         api = connect(kubeconfig)
         label, claims = _live_claims(api, kind, name, namespace)
-        slice_objs = api.resource_slices()
-        class_map = {_name(c): c for c in api.device_classes()}
-        mine = {_uid(c) for c in claims} - {""}
-        allocated = [c for c in api.resource_claims() if _allocated(c) and _uid(c) not in mine]
-        labels = api.node_labels()
-        rules = rules_for(api.server_minor())  # the server's release; unknown or newer: the newest rules
+        # The smaller reads go on in the background while the slices are read (errors still in this order).
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="explain-read") as pool:
+            classes_f = pool.submit(api.device_classes)
+            claims_f = pool.submit(api.resource_claims)
+            labels_f = pool.submit(api.node_labels)
+            minor_f = pool.submit(api.server_minor)
+            slice_objs = api.resource_slices()
+            class_map = {_name(c): c for c in classes_f.result()}
+            mine = {_uid(c) for c in claims} - {""}
+            allocated = [c for c in claims_f.result() if _allocated(c) and _uid(c) not in mine]
+            labels = labels_f.result()
+            rules = rules_for(minor_f.result())  # the server's release; unknown or newer: the newest rules
         return [(label, explain(claims, slice_objs, class_map, allocated, labels, rules=rules))]
     except KubeApiError as err:
         what = f"{kind} {namespace}/{name} not found" if err.not_found else str(err)
@@ -393,7 +403,7 @@ def _explain_cmd(args: argparse.Namespace) -> int:
         gc.enable()
     if args.output == "json":
         entries = [r.to_json() for _, ex in results for r in ex.requests]
-        print(json.dumps({"requests": entries}, indent=2))
+        print(dumps_indented({"requests": entries}))
     else:
         if not live and not args.classes:
             print("note: no --classes given; each driver's devices form a class named like the driver", file=sys.stderr)

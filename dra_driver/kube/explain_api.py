@@ -4,16 +4,21 @@ Used by ``dra_driver.cli.explain``. Lists every ResourceSlice, DeviceClass and R
 (resource.k8s.io/v1) and Node, gets one Pod, ResourceClaim or ResourceClaimTemplate, all as
 plain dicts through the same transport as ``KubeSliceApi`` (so unknown fields survive and every
 failure is a ``KubeApiError``), and the server's minor release (whose scheduler rules explain follows).
-Reads only: explain never writes.
+Reads only: explain never writes. A list is read a page at a time, the next page fetched while
+the last one is decoded (:meth:`KubeExplainApi.list_all`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
 from dra_driver.kube.client import KubeConfigError, load_api_client
+from dra_driver.kube.rest import check_next_page, decode_object, list_page
 from dra_driver.kube.slices_api import RESOURCE_SLICES_PATH, KubeApiError, KubeSliceApi
 
 __all__ = ["KubeApiError", "KubeExplainApi", "connect"]
@@ -26,18 +31,39 @@ class KubeExplainApi(KubeSliceApi):
     """Cluster-wide reads of the objects allocation depends on."""
 
     def list_all(self, path: str) -> list[dict[str, Any]]:
-        """Every item of a collection, following ``continue`` tokens."""
+        """Every item of a collection, following ``continue`` tokens, a page at a time.
+
+        The next page is asked for while this one is decoded: its ``continue`` token is read from
+        the head of the page's body (the list's ``metadata`` comes before its items) and a
+        background thread fetches the next page, waiting on the socket without the GIL, while the
+        JSON is decoded here. The token the decoded page gives is the one that counts: where the
+        head did not give it (another layout), or gave another, the page fetched ahead is dropped
+        and the right one asked for.
+        """
         items: list[dict[str, Any]] = []
-        cont = ""
-        while True:
-            query = [("limit", str(_PAGE))]
-            if cont:
-                query.append(("continue", cont))
-            page = self._json("GET", path, query=query)
-            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
-            cont = str((page.get("metadata") or {}).get("continue") or "")
-            if not cont:
-                return items
+        seen: set[str] = set()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="explain-list") as pool:
+            pending = pool.submit(self._page, path, "")
+            while True:
+                status, data = pending.result()
+                guess = continue_token(data)
+                ahead = pool.submit(self._page, path, guess) if guess and guess not in seen else None
+                got, _, cont = list_page(decode_object(status, data), path.rsplit("/", 1)[-1])
+                items.extend(got)
+                if ahead is not None and guess != cont:
+                    _drop(ahead)
+                    ahead = None
+                if not cont:
+                    return items
+                check_next_page(cont, seen, path.rsplit("/", 1)[-1])
+                pending = ahead if ahead is not None else pool.submit(self._page, path, cont)
+
+    def _page(self, path: str, cont: str) -> tuple[int, bytes]:
+        """One page of a list: (status, body as received); KubeApiError for a failure or an answer that is not 2xx."""
+        query = [("limit", str(_PAGE))]
+        if cont:
+            query.append(("continue", cont))
+        return self._rest.fetch("GET", path, query=query)
 
     def resource_slices(self) -> list[dict[str, Any]]:
         """All ResourceSlices (every driver, every node)."""
@@ -77,6 +103,33 @@ class KubeExplainApi(KubeSliceApi):
         obj = self._json("GET", f"{paths[kind]}/{quote(name, safe='')}")
         obj.setdefault("kind", {"pod": "Pod", "resourceclaim": "ResourceClaim"}.get(kind, "ResourceClaimTemplate"))
         return obj
+
+
+_HEAD = re.compile(rb'\s*\{(?:\s*"(?:kind|apiVersion)"\s*:\s*"[^"\\]*"\s*,)*\s*"metadata"\s*:\s*')
+_HEAD_BYTES = 64 << 10  # a list's metadata (resource version, continue token, count) is far shorter
+
+
+def continue_token(data: bytes) -> str:
+    """The ``metadata.continue`` of a list's JSON body read from its head ("" where the head does not say).
+
+    Only a guess to fetch ahead with (see :meth:`KubeExplainApi.list_all`): the decoded page decides.
+    """
+    found = _HEAD.match(data)
+    if found is None:
+        return ""
+    text = data[found.end() : found.end() + _HEAD_BYTES].decode("utf-8", "replace")
+    try:
+        meta, _ = json.JSONDecoder().raw_decode(text)
+    except (ValueError, RecursionError):
+        return ""
+    token = meta.get("continue") if isinstance(meta, dict) else None
+    return token if isinstance(token, str) else ""
+
+
+def _drop(ahead: Future[tuple[int, bytes]]) -> None:
+    """Wait for a page fetched ahead that is not wanted (its connection goes back to the pool); its failure does not matter."""
+    with contextlib.suppress(KubeApiError):
+        ahead.result()
 
 
 def connect(kubeconfig: str | None) -> KubeExplainApi:

@@ -18,7 +18,18 @@ from urllib.parse import urlencode
 from dra_driver.core.api_errors import ApiError
 from dra_driver.kube.connection import TRANSPORT_ERRORS, ApiConnection, Timeouts
 
-__all__ = ["CONNECT_TIMEOUT_S", "JSON", "TRANSPORT_ERRORS", "KubeApiError", "RestApi", "error_of", "node_uid_of"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "JSON",
+    "TRANSPORT_ERRORS",
+    "KubeApiError",
+    "RestApi",
+    "check_next_page",
+    "decode_object",
+    "error_of",
+    "list_page",
+    "node_uid_of",
+]
 
 JSON = "application/json"
 CONNECT_TIMEOUT_S = 5.0
@@ -85,7 +96,7 @@ class RestApi:
         except TRANSPORT_ERRORS as exc:
             raise KubeApiError(0, type(exc).__name__, str(exc)) from exc
 
-    def call(
+    def fetch(
         self,
         method: str,
         path: str,
@@ -93,8 +104,8 @@ class RestApi:
         query: list[tuple[str, str]] | None = None,
         body: dict[str, Any] | None = None,
         content_type: str = JSON,
-    ) -> dict[str, Any]:
-        """One request whose 2xx answer is a JSON object; anything else raises KubeApiError."""
+    ) -> tuple[int, bytes]:
+        """One request whose answer is 2xx: its status and body, not yet decoded; anything else raises KubeApiError."""
         raw = self.send(method, path, query=query, body=body, content_type=content_type)
         try:
             data: bytes = raw.data
@@ -105,13 +116,53 @@ class RestApi:
         status = int(raw.status)
         if not 200 <= status <= 299:
             raise error_of(status, data, str(raw.reason or "Error"))
-        try:
-            obj = json.loads(data)
-        except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the decoder's stack
-            raise KubeApiError(status, "InvalidResponse", f"answer is not JSON: {str(exc)[:200]}") from None
-        if not isinstance(obj, dict):
-            raise KubeApiError(status, "InvalidResponse", "answer is not a JSON object")
-        return obj
+        return status, data
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: dict[str, Any] | None = None,
+        content_type: str = JSON,
+    ) -> dict[str, Any]:
+        """One request whose 2xx answer is a JSON object; anything else raises KubeApiError."""
+        return decode_object(*self.fetch(method, path, query=query, body=body, content_type=content_type))
+
+
+def decode_object(status: int, data: bytes) -> dict[str, Any]:
+    """A 2xx answer's body as the JSON object it must be; KubeApiError naming what it is otherwise."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the decoder's stack
+        raise KubeApiError(status, "InvalidResponse", f"answer is not JSON: {str(exc)[:200]}") from None
+    if not isinstance(obj, dict):
+        raise KubeApiError(status, "InvalidResponse", "answer is not a JSON object")
+    return obj
+
+
+MAX_LIST_PAGES = 10_000
+"""A list that goes on past this many pages (or repeats a page's token) is refused: bounded work
+whatever the server answers (10,000 pages of 500 are 5 million objects)."""
+
+
+def check_next_page(cont: str, seen: set[str], what: str) -> None:
+    """Record ``cont`` as the next page's token; KubeApiError when it was seen before or the list is too long."""
+    if cont in seen or len(seen) >= MAX_LIST_PAGES:
+        raise KubeApiError(0, "InvalidResponse", f"the {what} list did not end after {len(seen) + 1} pages")
+    seen.add(cont)
+
+
+def list_page(page: dict[str, Any], what: str) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    """A list answer's items (objects only), metadata and continue token; KubeApiError when it is no list."""
+    items, meta = page.get("items") or [], page.get("metadata") or {}
+    if not isinstance(items, list) or not isinstance(meta, dict):
+        raise KubeApiError(0, "InvalidResponse", f"a {what} list answer without an items list and metadata")
+    cont = meta.get("continue") or ""
+    if not isinstance(cont, str):
+        raise KubeApiError(0, "InvalidResponse", f"a {what} list's continue token is not a string")
+    return [i for i in items if isinstance(i, dict)], meta, cont
 
 
 def node_uid_of(obj: dict[str, Any], node: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dra_driver.kube.connection import ApiConnection
-from dra_driver.kube.rest import TRANSPORT_ERRORS, KubeApiError, RestApi, error_of, node_uid_of
+from dra_driver.kube.rest import TRANSPORT_ERRORS, KubeApiError, RestApi, check_next_page, error_of, list_page, node_uid_of
 
 MAX_WATCH_EVENT_BYTES = 64 << 20
 """One watch event (a ResourceSlice, at most etcd's 1.5 MiB object, as JSON): a longer line is no event."""
@@ -24,8 +24,6 @@ __all__ = ["RESOURCE_SLICES_PATH", "KubeApiError", "KubeSliceApi"]
 
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 _LIST_PAGE = 500
-_MAX_LIST_PAGES = 1000
-"""A node's slices are a handful; a list that goes on past this many pages (or repeats a page) is refused."""
 
 
 class KubeSliceApi:
@@ -52,19 +50,14 @@ class KubeSliceApi:
             query = [("fieldSelector", self._selector(driver, node)), ("limit", str(_LIST_PAGE))]
             if cont:
                 query.append(("continue", cont))
-            page = self._json("GET", RESOURCE_SLICES_PATH, query=query)
-            got, meta = page.get("items") or [], page.get("metadata") or {}
-            if not isinstance(got, list) or not isinstance(meta, dict):
-                raise KubeApiError(0, "InvalidResponse", "a ResourceSlice list answer without an items list and metadata")
-            items.extend(i for i in got if isinstance(i, dict))
-            cont, rv = meta.get("continue") or "", meta.get("resourceVersion") or ""
-            if not isinstance(cont, str) or not isinstance(rv, str):
-                raise KubeApiError(0, "InvalidResponse", "a ResourceSlice list's continue or resourceVersion is not a string")
+            got, meta, cont = list_page(self._json("GET", RESOURCE_SLICES_PATH, query=query), "ResourceSlice")
+            items.extend(got)
+            rv = meta.get("resourceVersion") or ""
+            if not isinstance(rv, str):
+                raise KubeApiError(0, "InvalidResponse", "a ResourceSlice list's resourceVersion is not a string")
             if not cont:
                 return items, rv
-            if cont in seen or len(seen) >= _MAX_LIST_PAGES:  # bounded work whatever the server answers
-                raise KubeApiError(0, "InvalidResponse", f"the ResourceSlice list did not end after {len(seen) + 1} pages")
-            seen.add(cont)
+            check_next_page(cont, seen, "ResourceSlice")
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create a slice; returns the object as stored."""

@@ -26,6 +26,7 @@ from dra_driver.core.device_status import entries_of
 from dra_driver.kube.claim_status_api import KubeClaimStatusApi
 from dra_driver.kube.claims_api import ClaimLookupError, KubeClaimApi
 from dra_driver.kube.connection import ApiConnection
+from dra_driver.kube.explain_api import KubeExplainApi
 from dra_driver.kube.rest import KubeApiError
 from dra_driver.kube.slices_api import KubeSliceApi
 from tests.claimdata import allocated_claim
@@ -205,6 +206,16 @@ def test_the_slice_list_turns_any_answer_into_a_kube_api_error(server: HostileSe
         assert isinstance(rv, str) and all(isinstance(i, dict) for i in items)
 
     fuzz_answers(server, "api answer: slice list", list_page, list_slices, (KubeApiError,))
+
+
+def test_explains_cluster_wide_lists_turn_any_answer_into_a_kube_api_error(server: HostileServer) -> None:
+    """``dra-gpu explain`` reads whole collections, fetching the next page ahead: bounded whatever the pages say."""
+    api = KubeExplainApi(connection(server), request_timeout_s=2.0)
+
+    def list_all() -> None:
+        assert all(isinstance(i, dict) for i in api.resource_slices())
+
+    fuzz_answers(server, "api answer: explain list", list_page, list_all, (KubeApiError,))
 
 
 def test_a_slice_watch_turns_any_stream_into_events_or_a_kube_api_error(server: HostileServer) -> None:

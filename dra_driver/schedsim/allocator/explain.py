@@ -117,11 +117,12 @@ def explain(
     has only its ``kubernetes.io/hostname`` label. Raises :class:`InvalidObject` for an object
     of the wrong shape or an input beyond the bounds in ``validate.py``.
     """
-    claims, slices, classes, allocated, node_labels = read_inputs(claims, slices, classes, allocated, node_labels)
+    memo = DeviceMemo()  # devices of one shape share their checked parts; views take their conversion errors from it
+    claims, slices, classes, allocated, node_labels = read_inputs(claims, slices, classes, allocated, node_labels, memo=memo)
     pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
     done = [c for c in claims if (c.get("status") or {}).get("allocation")]
     try:
-        outcomes, cands = _simulate(pending, slices, classes, allocated, node_labels, rules=rules)
+        outcomes, cands = _simulate(pending, slices, classes, allocated, node_labels, rules=rules, memo=memo)
     except QuantityError as err:  # the inputs' quantities are bounded, so their sums should never fail
         raise InvalidObject(f"input: quantity arithmetic failed: {err}") from None
     chosen = next((o for o in outcomes if o.results is not None), None)
@@ -164,14 +165,18 @@ def _simulate(
     node_labels: dict[str, dict[str, str]] | None,
     *,
     rules: Rules,
+    memo: DeviceMemo | None = None,
 ) -> tuple[list[NodeOutcome], dict[tuple[int, str], list[Candidate]]]:
-    """Each node's outcome, and every candidate device per (claim index, request name)."""
+    """Each node's outcome, and every candidate device per (claim index, request name).
+
+    ``memo``: the one the slices were read through (its conversion errors serve the device views).
+    """
     state = AllocatedState.from_claims(allocated)
     outcomes: list[NodeOutcome] = []
     cands: dict[tuple[int, str], list[Candidate]] = {}
     deadline = time.monotonic() + SEARCH_BUDGET_S
     index = SliceIndex(slices, rules)
-    shapes = ShapeCache()  # what every node's allocators compute once per device shape
+    shapes = ShapeCache(conversion_errors=memo.errors if memo is not None else {})  # computed once per device shape
     for node in nodes_of(slices, node_labels):
         labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
         pools = gather_pools(slices, node, labels, rules, index)
@@ -234,7 +239,7 @@ def _describe(constraints: Sequence[Mapping[str, Any]]) -> str:
 
 
 def read_inputs(
-    claims: Any, slices: Any, classes: Any, allocated: Any, node_labels: Any
+    claims: Any, slices: Any, classes: Any, allocated: Any, node_labels: Any, *, memo: DeviceMemo | None = None
 ) -> tuple[
     list[dict[str, Any]],
     list[dict[str, Any]],
@@ -242,7 +247,10 @@ def read_inputs(
     list[dict[str, Any]],
     dict[str, dict[str, str]] | None,
 ]:
-    """Every input read into checked copies (see ``validate.py``); raises :class:`InvalidObject`."""
+    """Every input read into checked copies (see ``validate.py``); raises :class:`InvalidObject`.
+
+    ``memo``: where the devices' parts are remembered (see ``fastread.py``; default: a fresh one).
+    """
     r = Reader("input")
     claim_list = r.seq(claims, "the pod's claims", MAX_POD_CLAIMS)
     slice_list = r.seq(slices, "ResourceSlices", MAX_SLICES)
@@ -250,7 +258,8 @@ def read_inputs(
     class_map = r.obj(classes, "DeviceClasses", MAX_CLASSES)
     read_slices: list[dict[str, Any]] = []
     devices = 0
-    memo = DeviceMemo()  # devices of one shape share their checked parts
+    if memo is None:
+        memo = DeviceMemo()  # devices of one shape share their checked parts
     for i, s in enumerate(slice_list):
         read_slices.append(read_slice(s, i, memo))
         devices += len(read_slices[-1]["spec"].get("devices") or ())

@@ -11,7 +11,9 @@ the device the slow way, which also words any error. A part equal to one read be
 previous device's, or the one of a device of the same name) is not checked again: its earlier
 copy is returned, so devices of one shape share their parts (the allocator's caches, keyed by
 those parts' identity, then compute once per shape); parts read anew that equal earlier ones in
-content are given the earlier copy too (:meth:`DeviceMemo.intern`).
+content are given the earlier copy too (:meth:`DeviceMemo.intern`). Each new copy's conversion
+error for CEL (a version or quantity that does not parse) is found while reading it
+(:attr:`DeviceMemo.errors`), so the allocator's device views need not look again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dra_driver.schedsim.allocator.validate import (
     MAX_NAME_LENGTH,
     plain_quantity,
 )
+from dra_driver.schedsim.cel.projection import capacity_error, version_error
 
 # Fields the fast path reads; a device with any other field (taints, node selection, binding
 # conditions, or anything unknown) takes the field-by-field reader.
@@ -42,12 +45,15 @@ class DeviceMemo:
     the types of numbers (``==`` equates ``1``, ``1.0`` and ``True``).
     """
 
-    __slots__ = ("attributes", "by_name", "interned")
+    __slots__ = ("attributes", "by_name", "errors", "interned")
 
     def __init__(self) -> None:
         self.attributes: _Seen | None = None
         self.by_name: dict[str, tuple[_Seen | None, _Seen | None]] = {}
         self.interned: dict[tuple[Any, ...], Any] = {}  # content -> the one copy of equal parts
+        # id of an attributes or capacity copy -> (the copy, kept alive; its conversion error for CEL,
+        # or None), found while reading it: the allocator's device views take it from here (see shapes.py).
+        self.errors: dict[int, tuple[Any, str | None]] = {}
 
     def intern(self, key: tuple[Any, ...], copy: Any) -> Any:
         """The copy already made of parts with this content (``key``), else ``copy``, remembered."""
@@ -75,36 +81,54 @@ class _Seen:
 
     def same_consumptions(self, v: Any) -> bool:
         """The ``consumesCounters`` list ``v`` reads as this one did: equal, each one's counters in the same order."""
-        return type(v) is list and v == self.raw and _counter_keys(v) == self.keys
+        if type(v) is not list or v != self.raw:
+            return False
+        if len(v) == 1:  # the usual one consumption (equal to the one read, so a map)
+            return self.keys == (tuple(v[0].get("counters") or ()),)
+        return _counter_keys(v) == self.keys
 
 
 def _counter_keys(v: list[Any]) -> tuple[Any, ...]:
     """The key order of each consumption's counters."""
-    return tuple(tuple(cc.get("counters") or ()) for cc in v)
+    return tuple([tuple(cc.get("counters") or ()) for cc in v])
 
 
 _NOTHING: tuple[None, None] = (None, None)
 _EMPTY: dict[str, Any] = {}
 
 
-def _attributes(v: Any) -> dict[str, Any] | None:
-    """The copy of an attributes map whose every entry is one valid scalar; None otherwise."""
+def _attributes(v: Any) -> tuple[dict[str, Any], tuple[tuple[str, type], ...], tuple[Any, ...], str | None] | None:
+    """An attributes map whose every entry is one valid scalar, read in one pass; None otherwise.
+
+    Returns its copy, the types of its numeric values (for :meth:`_Seen.same`), its content (the
+    key to intern it by) and its conversion error for CEL (the first version that does not parse).
+    """
     if type(v) is not dict or len(v) > MAX_ATTRIBUTES_AND_CAPACITIES:
         return None
     out: dict[str, Any] = {}
+    numeric: list[tuple[str, type]] = []
+    key: list[Any] = ["a"]
+    error: str | None = None
     for name, a in v.items():
         if type(name) is not str or len(name) > MAX_NAME_LENGTH or type(a) is not dict or len(a) != 1:
             return None
         ((kind, x),) = a.items()
         tx = type(x)
-        if not (
-            (tx is str and (kind == "string" or kind == "version") and len(x) <= MAX_ATTRIBUTE_VALUE_LENGTH)  # noqa: PLR1714 - two comparisons beat a set's hash here
-            or (tx is int and kind == "int" and -_INT64 <= x < _INT64)
-            or (tx is bool and kind == "bool")
-        ):
+        if tx is str:
+            if len(x) > MAX_ATTRIBUTE_VALUE_LENGTH:
+                return None
+            if kind != "string":
+                if kind != "version":
+                    return None
+                if error is None:
+                    error = version_error(name, x)
+        elif (tx is int and kind == "int" and -_INT64 <= x < _INT64) or (tx is bool and kind == "bool"):
+            numeric.append((name, tx))
+        else:
             return None
         out[name] = {kind: x}
-    return out
+        key.append((name, kind, tx, x))
+    return out, tuple(numeric), tuple(key), error
 
 
 def _quantities(v: Any, limit: int) -> dict[str, Any] | None:
@@ -161,9 +185,10 @@ def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR
             read = _attributes(attrs_in)
             if read is None:
                 return None
-            attrs = read
-            numeric = tuple((n, type(x)) for n, a in attrs.items() for x in a.values() if type(x) is not str)
-            attrs = memo.intern(("a", *((n, k, type(x), x) for n, a in attrs.items() for k, x in a.items())), attrs)
+            copy, numeric, key, error = read
+            attrs = memo.intern(key, copy)
+            if attrs is copy:
+                memo.errors[id(copy)] = (copy, error)
             memo.attributes = _Seen(attrs_in, attrs, numeric)
     elif attrs_in is not None or "attributes" in m:
         return None
@@ -173,11 +198,12 @@ def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR
         if seen_caps is not None and seen_caps.same(caps_in):
             caps = seen_caps.copy
         else:
-            read = _quantities(caps_in, MAX_ATTRIBUTES_AND_CAPACITIES)
-            if read is None:
+            fresh = _quantities(caps_in, MAX_ATTRIBUTES_AND_CAPACITIES)
+            if fresh is None:
                 return None
-            caps = read
-            caps = memo.intern(("c", *((n, c["value"]) for n, c in caps.items())), caps)
+            caps = memo.intern(("c", *((n, c["value"]) for n, c in fresh.items())), fresh)
+            if caps is fresh:
+                memo.errors[id(fresh)] = (fresh, capacity_error(fresh))
             seen_caps = _Seen(caps_in, caps)
     elif caps_in is not None or "capacity" in m:
         return None

@@ -150,7 +150,7 @@ class SliceIndex:
     slice by (driver, pool name); each list in input order.
     """
 
-    __slots__ = ("always", "by_node", "by_pool", "rest")
+    __slots__ = ("always", "by_node", "by_pool", "counter_checks", "rest")
 
     def __init__(self, slices: Sequence[Mapping[str, Any]], rules: Rules = NEWEST) -> None:
         self.always = rules.counter_slices_always_gathered
@@ -166,6 +166,10 @@ class SliceIndex:
                 self.rest.append(s)
             pid = (str(sp.get("driver") or ""), str((sp.get("pool") or {}).get("name") or ""))
             self.by_pool.setdefault(pid, []).append(s)
+        # (the names of a pool's counter sets and counters, id of a device's consumesCounters) ->
+        # (the consumesCounters, kept alive; why it names a counter the pool lacks, or ""): every
+        # node's pool with the same counters checks a consumption once (see _build_pool).
+        self.counter_checks: dict[tuple[Any, int], tuple[Any, str]] = {}
 
 
 def _own_node(sp: Mapping[str, Any], always: bool) -> bool:
@@ -240,7 +244,7 @@ def gather_pools(
                     Pool(driver, name, incomplete=f"pool {driver}/{name} is incomplete: {len(all_slices)} of {want} slices")
                 )
                 continue
-        pools.append(_build_pool(driver, name, mine, all_slices, rules))
+        pools.append(_build_pool(driver, name, mine, all_slices, rules, index.counter_checks))
     # By (driver, pool), complete pools with binding-condition devices after all others (the
     # incubating allocator tries devices that need no binding step first).
     pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
@@ -260,22 +264,28 @@ def _other_slices(
     ]
 
 
-def _build_pool(
-    driver: str, name: str, mine: Sequence[Mapping[str, Any]], all_slices: Sequence[Mapping[str, Any]], rules: Rules
+def _build_pool(  # noqa: PLR0917 - the pool's identity, its slices, the rules, and the shared checks
+    driver: str,
+    name: str,
+    mine: Sequence[Mapping[str, Any]],
+    all_slices: Sequence[Mapping[str, Any]],
+    rules: Rules,
+    checks: dict[tuple[Any, int], tuple[Any, str]],
 ) -> Pool:
+    """The pool of the node's slices ``mine`` (of ``all_slices``, the pool's at its generation), or why it is invalid.
+
+    ``checks``: consumptions already checked against counters of the same names (see :class:`SliceIndex`).
+    """
     mine = sorted(mine, key=lambda s: str((s.get("metadata") or {}).get("name", "")))
     pool = Pool(driver, name)
     counter_slices = [s for s in mine if slice_spec(s).get("sharedCounters")]
     pool.slices = [s for s in mine if not slice_spec(s).get("sharedCounters")]
     others, more_counters = _other_slices(mine, all_slices, rules)
     counter_slices += more_counters
-    seen: set[str] = set()
-    for s in pool.slices:
-        for d in slice_spec(s).get("devices") or []:
-            if d.get("name") in seen:
-                pool.invalid = f"duplicate device name {d.get('name')}"
-                return pool
-            seen.add(str(d.get("name")))
+    duplicate = _duplicate_name(pool.slices)
+    if duplicate is not None:
+        pool.invalid = f"duplicate device name {duplicate}"
+        return pool
     for s in counter_slices:
         for cs in slice_spec(s).get("sharedCounters") or []:
             if cs.get("name") in pool.counter_sets:
@@ -283,15 +293,43 @@ def _build_pool(
                 return pool
             pool.counter_sets[str(cs.get("name"))] = {k: qty(v.get("value")) for k, v in (cs.get("counters") or {}).items()}
     pool.other_slices = others
+    # Devices of one consumption (the reader gives equal ones one copy) are checked once against
+    # counters of the same names, on whichever node; in device order, so the first bad one is named.
+    names = tuple((cs, tuple(cnt)) for cs, cnt in pool.counter_sets.items())
     for s in [*(mine if rules.counter_slices_always_gathered else pool.slices), *pool.other_slices]:
         for d in slice_spec(s).get("devices") or []:
-            for cc in d.get("consumesCounters") or []:
-                cset = pool.counter_sets.get(str(cc.get("counterSet")))
-                if cset is None:
-                    pool.invalid = f"counter set {cc.get('counterSet')} not found"
-                    return pool
-                for cname in cc.get("counters") or {}:
-                    if cname not in cset:
-                        pool.invalid = f"counter {cname} not found in counter set {cc.get('counterSet')}"
-                        return pool
+            ccs = d.get("consumesCounters")
+            if not ccs:
+                continue
+            hit = checks.get((names, id(ccs)))
+            if hit is None:
+                hit = checks[(names, id(ccs))] = (ccs, _missing_counter(ccs, pool.counter_sets))
+            if hit[1]:
+                pool.invalid = hit[1]
+                return pool
     return pool
+
+
+def _duplicate_name(slices: Sequence[Mapping[str, Any]]) -> Any:
+    """The first device name seen twice in the slices' devices (in order), or None."""
+    names = [d.get("name") for s in slices for d in slice_spec(s).get("devices") or []]
+    if len(set(names)) == len(names) and None not in names:
+        return None  # the usual case, decided at once
+    seen: set[str] = set()
+    for name in names:  # (a device without a name counts as one named "None" for the devices after it)
+        if name in seen:
+            return name
+        seen.add(str(name))
+    return None
+
+
+def _missing_counter(ccs: Sequence[Mapping[str, Any]], counter_sets: Mapping[str, Mapping[str, Any]]) -> str:
+    """Why a device's ``consumesCounters`` names a counter the pool lacks ("" if it names none)."""
+    for cc in ccs:
+        cset = counter_sets.get(str(cc.get("counterSet")))
+        if cset is None:
+            return f"counter set {cc.get('counterSet')} not found"
+        for cname in cc.get("counters") or {}:
+            if cname not in cset:
+                return f"counter {cname} not found in counter set {cc.get('counterSet')}"
+    return ""

@@ -1,14 +1,17 @@
 """What one explanation computes once per device *shape* and shares between nodes and devices.
 
 Used by the allocator (``simulate.py``: :meth:`NodeAllocator.view`, :meth:`NodeAllocator.selector_outcome`,
-:meth:`NodeAllocator.capacity_ok`)
+:meth:`NodeAllocator.capacity_ok`, :meth:`NodeAllocator.fits_alone`)
 and by candidate explanations (``candidates.py``). Selectors see a device through its driver,
 attributes, capacity and ``allowMultipleAllocations`` only, so devices that share those (the
 reader in ``fastread.py`` gives equal parts one copy) share one :class:`~dra_driver.schedsim.cel.DeviceView`
 and one outcome of a request's selectors, however many nodes publish them. A device's own name
 never enters a cached outcome: messages that name the device are worded by the caller. One
 :class:`ShapeCache` serves one explanation (one set of claims, classes and rules); a
-``NodeAllocator`` made without one gets its own, which computes the same answers.
+``NodeAllocator`` made without one gets its own, which computes the same answers. Counter checks
+are shared the same way: while an attempt reserves nothing of a pool, whether a device's counters
+fit depends only on the pool's available counters and the device's consumption (the reader gives
+equal consumptions one copy too).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class SelectorOutcome:
 
 @dataclass(slots=True)
 class ShapeCache:
-    """Views by device shape, selector outcomes by (claim index, request name, view), capacity checks by capacity."""
+    """What is computed once per shape: views, selector outcomes, capacity and counter checks (each keyed as noted)."""
 
     views: dict[ViewKey, DeviceView] = field(default_factory=dict)
     # None: every selector accepts the device.
@@ -51,3 +54,10 @@ class ShapeCache:
     # (id of capacity, fractional) -> (the capacity, kept alive; capacity_fits' answer; its error, or None),
     # for requests that ask for no capacity on devices nothing uses yet.
     capacity: dict[tuple[int, bool], tuple[Any, tuple[bool, str], str | None]] = field(default_factory=dict)
+    # (the content of a pool's available counters, id of a device's consumesCounters) -> (the
+    # consumesCounters, kept alive; whether it fits them), for pools the attempt reserves nothing of yet.
+    counters: dict[tuple[Any, int], tuple[Any, bool]] = field(default_factory=dict)
+    # id of an attributes or capacity map -> (the map, kept alive; its conversion error for CEL, or
+    # None), as the reader found them (``fastread.DeviceMemo.errors``): a view of a device whose
+    # parts are all here is given its error instead of looking for it.
+    conversion_errors: dict[int, tuple[Any, str | None]] = field(default_factory=dict)

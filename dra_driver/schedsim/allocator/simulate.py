@@ -49,6 +49,7 @@ _CLOCK_EVERY = 256  # steps between looks at the clock
 
 
 _COMPILE_FAILURES: dict[str, CelCompileError] = {}
+_NO_ERROR: tuple[None, None] = (None, None)  # a part the device lacks: no conversion error
 
 
 def compile_cached(expression: str, rules: Rules = NEWEST) -> CompiledSelector:
@@ -120,6 +121,9 @@ class NodeAllocator:
         self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self.available_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self._negative_counters: dict[tuple[str, str], list[tuple[str, str]]] = {}  # overdrawn (cs, counter) per pool
+        # Per pool ID: the available counters' content (a key of shapes.counters) and how many devices this attempt reserves.
+        self._available_keys: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._reserved: dict[tuple[str, str], int] = {}
         self.results: list[list[Result]] = [[] for _ in claims]
         self.constraints: list[list[Constraint]] = []
         self.all_devices: dict[tuple[int, int, int], list[tuple[Pool, Mapping[str, Any], Mapping[str, Any]]]] = {}
@@ -311,8 +315,21 @@ class NodeAllocator:
         if v is None:
             if not sees_multi and "allowMultipleAllocations" in d:
                 d = {k: x for k, x in d.items() if k != "allowMultipleAllocations"}
-            v = views[key] = DeviceView.of(d, did[0])
+            v = views[key] = self._new_view(d, did[0])
         return v
+
+    def _new_view(self, d: Mapping[str, Any], driver: str) -> DeviceView:
+        """A view of ``d``, given its conversion error when the reader found the errors of all its parts.
+
+        (The table keeps each part it names alive, so an id found there is that part's.)
+        """
+        known = self.shapes.conversion_errors
+        attrs, caps = d.get("attributes"), d.get("capacity")
+        a = known.get(id(attrs)) if attrs is not None else _NO_ERROR
+        c = known.get(id(caps)) if caps is not None else _NO_ERROR
+        if a is None or c is None:
+            return DeviceView.of(d, driver)
+        return DeviceView.of(d, driver, a[1] if a[1] is not None else c[1])
 
     def capacity_ok(self, req: Request, pool: Pool, d: Mapping[str, Any]) -> tuple[bool, str]:
         """:func:`capacity_fits` against what the cluster and this attempt already consume of the device.
@@ -364,28 +381,74 @@ class NodeAllocator:
         return did in self.state.devices or bool(self.allocating.get(did))
 
     def counters_fit(self, pool: Pool, d: Mapping[str, Any], reserve: bool) -> bool:
-        """``checkAvailableCounters``; reserves the device's counters if it fits and ``reserve``."""
+        """``checkAvailableCounters``; reserves the device's counters if it fits and ``reserve``.
+
+        While this attempt reserves nothing of the pool, the answer depends only on the pool's
+        available counters and the device's consumption: it is looked up per (available counters,
+        consumption) in the shape cache, shared by every node whose pool has the same counters left.
+        """
         pkey = self._counter_key(pool)
         avail = self.available_counters.get(pkey)
         if avail is None:
-            avail = {cs: dict(cnt) for cs, cnt in pool.counter_sets.items()}
+            avail = self._available(pool, pkey)
+        if not self._reserved.get(pkey):
+            ok = self.fits_alone(pkey, d)
+            if ok and reserve:
+                self.reserve_counters(pkey, d)
+            return ok
+        consumed = self.consumed_counters.setdefault(pkey, {})
+        self._counters_add(consumed, d, +1)
+        ok = self._counters_cover(avail, consumed, self._negative_counters[pkey])
+        if not ok or not reserve:
+            self._counters_add(consumed, d, -1)
+        else:
+            self._reserved[pkey] += 1
+        return ok
+
+    def fits_alone(self, pkey: tuple[str, str], d: Mapping[str, Any]) -> bool:
+        """Whether the device's consumption alone fits the pool's available counters (cached per content, see ``shapes.py``)."""
+        ccs = d.get("consumesCounters")
+        key = (self._available_keys[pkey], id(ccs))
+        hit = self.shapes.counters.get(key)
+        if hit is None:
+            consumed: dict[str, dict[str, Quantity]] = {}
+            self._counters_add(consumed, d, +1)
+            hit = self.shapes.counters[key] = (
+                ccs,
+                self._counters_cover(self.available_counters[pkey], consumed, self._negative_counters[pkey]),
+            )
+        return hit[1]
+
+    def reserve_counters(self, pkey: tuple[str, str], d: Mapping[str, Any]) -> None:
+        """Add the device's consumption to what this attempt consumes of the pool."""
+        self._counters_add(self.consumed_counters.setdefault(pkey, {}), d, +1)
+        self._reserved[pkey] = self._reserved.get(pkey, 0) + 1
+
+    def release_counters(self, pkey: tuple[str, str], d: Mapping[str, Any]) -> None:
+        """Take a reserved device's consumption back (the undo of :meth:`reserve_counters`)."""
+        self._counters_add(self.consumed_counters[pkey], d, -1)
+        self._reserved[pkey] -= 1
+
+    def _available(self, pool: Pool, pkey: tuple[str, str]) -> dict[str, dict[str, Quantity]]:
+        """The pool's counters less what the cluster's allocated devices consume (computed once per pool ID)."""
+        avail = {cs: dict(cnt) for cs, cnt in pool.counter_sets.items()}
+        st = self.state
+        if st.devices or st.shared_ids or st.shared:  # nothing allocated: nothing to subtract
             for s in [*pool.slices, *pool.other_slices]:
                 for od in slice_spec(s).get("devices") or []:
-                    if not self.state.in_use(self.dev_id(pool, od)):
+                    if not st.in_use(self.dev_id(pool, od)):
                         continue
                     for cc in od.get("consumesCounters") or []:
                         cset = avail.get(str(cc.get("counterSet")), {})
                         for n, c in (cc.get("counters") or {}).items():
                             if n in cset:
                                 cset[n] = cset[n].sub(qty(c.get("value")))
-            self.available_counters[pkey] = avail
-            self._negative_counters[pkey] = [(cs, n) for cs, cnt in avail.items() for n, v in cnt.items() if v.sign() < 0]
-        consumed = self.consumed_counters.setdefault(pkey, {})
-        self._counters_add(consumed, d, +1)
-        ok = self._counters_cover(avail, consumed, self._negative_counters[pkey])
-        if not ok or not reserve:
-            self._counters_add(consumed, d, -1)
-        return ok
+        self.available_counters[pkey] = avail
+        self._negative_counters[pkey] = [(cs, n) for cs, cnt in avail.items() for n, v in cnt.items() if v.sign() < 0]
+        self._available_keys[pkey] = tuple(
+            (cs, tuple((n, v.unscaled, v.exp) for n, v in cnt.items())) for cs, cnt in avail.items()
+        )
+        return avail
 
     @staticmethod
     def _counters_cover(
@@ -540,7 +603,7 @@ class NodeAllocator:
         undo_steps: list[Any] = []
         if reserved:
             pkey = self._counter_key(pool)
-            undo_steps.append(lambda: self._counters_add(self.consumed_counters[pkey], d, -1))
+            undo_steps.append(lambda: self.release_counters(pkey, d))
 
         def rollback() -> None:
             for step in reversed(undo_steps):

@@ -193,19 +193,23 @@ class DeviceView:
 
     __slots__ = ("_attributes", "_capacity", "_error", "cached_value", "device", "driver", "multi")
 
-    def __init__(self, device: Mapping[str, Any], driver: str) -> None:
+    def __init__(self, device: Mapping[str, Any], driver: str, error: str | None = _UNSET) -> None:
         self.device = device
         self.driver = driver
         self.multi = bool(device.get("allowMultipleAllocations", False))
         self._attributes: dict[str, dict[str, Any]] | None = None
         self._capacity: dict[str, dict[str, Any]] | None = None
-        self._error: str | None = _UNSET
+        self._error: str | None = error
         self.cached_value: Any = None
 
     @staticmethod
-    def of(device: Mapping[str, Any], driver: str) -> DeviceView:
-        """A view of ``device`` (API JSON) for ``driver``."""
-        return DeviceView(device, driver)
+    def of(device: Mapping[str, Any], driver: str, error: str | None = _UNSET) -> DeviceView:
+        """A view of ``device`` (API JSON) for ``driver``.
+
+        ``error``: the device's conversion error (what :attr:`error` would find), when the caller
+        already knows it (see :func:`attributes_error`, :func:`capacity_error`); else found when first asked for.
+        """
+        return DeviceView(device, driver, error)
 
     @property
     def attributes(self) -> dict[str, dict[str, Any]]:
@@ -330,6 +334,26 @@ def _attribute_error(name: str, attr: Any) -> str | None:
 def _capacity_error(name: str, value: Any) -> str | None:
     err = _quantity_error(str(value if value is not None else ""))
     return None if err is None else f"capacity {name}: {err}"
+
+
+def version_error(name: str, text: str) -> str | None:
+    """The conversion error of the attribute ``name`` published as ``{"version": text}``, if any."""
+    err = _version_error(text)
+    return None if err is None else f"attribute {name}: parse semantic version: {err}"
+
+
+def capacity_error(capacity: Mapping[str, Any]) -> str | None:
+    """The first conversion error of a device's ``capacity`` map, as :attr:`DeviceView.error` finds it (None: none).
+
+    With the attributes' (``version_error`` of the first version that fails, for attributes of one
+    scalar each), a caller that has read a device's parts knows the device's error: the
+    attributes' if any, else the capacity's.
+    """
+    for name, cap in capacity.items():
+        error = _capacity_error(name, _cap_value(cap))
+        if error is not None:
+            return error
+    return None
 
 
 def _attr_key(attr: Any) -> Any:
