@@ -101,9 +101,10 @@ def _status_reporter(settings: Settings, link: ApiLink) -> DeviceStatusReporter 
         return None
 
     def writer() -> StatusWriter:
+        conn = link.wait()  # first: the link loads once the sockets serve, and so does this import
         from dra_driver.kube.claim_status_api import KubeClaimStatusApi
 
-        return KubeClaimStatusApi(link.wait(), field_manager=settings.driver_name)
+        return KubeClaimStatusApi(conn, field_manager=settings.driver_name)
 
     return DeviceStatusReporter(driver=settings.driver_name, node_name=settings.node_name, writer=writer)
 
