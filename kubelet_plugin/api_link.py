@@ -1,10 +1,11 @@
-"""The kubelet plugin's link to the API server, loaded in a thread once the plugin's sockets serve.
+"""The kubelet plugin's link to the API server, loaded in a thread while the plugin starts.
 
 Called by ``kubelet_plugin.main``: loading the connection (its TLS context and credentials, and
 HTTP modules) is the slowest part of start-up left, and nothing but claim lookups, Node Events, device
 status and the slice publisher needs it, so the DRA and registration sockets serve without waiting
-for it. ``start`` is called after they serve: loading it beside them would only share one
-interpreter lock with them (imports and TLS set-up are CPU work), not overlap. A claim
+for it. ``start`` is called before the GPUs are read: NVML's calls release the interpreter lock,
+so on a GPU node the load overlaps them (with fake GPUs, which are pure Python, it only shares the
+lock; measured, the order made no difference there). A claim
 lookup made before it is loaded waits for it (the state's lookup budget bounds the wait). Node
 Events raised before it is loaded (checkpoint recovery at start) are sent, in order, as soon as it
 is, and before any lookup is answered; an Event that cannot be sent is logged and dropped, as
@@ -44,7 +45,7 @@ class ApiLink:
         self._thread = threading.Thread(target=self._load, name="api-link", daemon=True)
 
     def start(self) -> None:
-        """Start loading the client (once the sockets serve); ``wait`` and the lookups wait for it."""
+        """Start loading the client; ``wait`` and the lookups wait for it."""
         self._thread.start()
 
     def _load(self) -> None:

@@ -1,8 +1,8 @@
 """Entry point of ``dra-gpu-kubelet-plugin``: wires settings, GPU source, state, sockets, publisher.
 
-Lifecycle: load GPUs → recover the checkpoint → start the DRA socket, then the registration
-socket (the kubelet may dial as soon as it sees it) → health → load the API client
-(``kubelet_plugin.api_link``) → slice publisher. On SIGTERM:
+Lifecycle: load GPUs (the API client loads meanwhile, ``kubelet_plugin.api_link``) → recover the
+checkpoint → start the DRA socket, then the registration socket (the kubelet may dial as soon as
+it sees it) → health → wait for the API client → slice publisher. On SIGTERM:
 health NOT_SERVING, registration socket removed first (the kubelet deregisters), in-flight
 calls finish (grace), DRA socket removed, publisher stopped.
 """
@@ -193,6 +193,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         log.error("boot_id_unreadable", error=str(err), hint="set BOOT_ID_FILE (--boot-id-file) to the node's boot id")
         return 2
     link = ApiLink(kubeconfig=settings.kubeconfig, node_name=settings.node_name, component=COMPONENT)
+    link.start()  # beside finding the GPUs: NVML's calls release the interpreter lock
     source = make_source(fake_gpus=settings.fake_gpus, node_name=settings.node_name)
     gpus = source.gpus()
     log.info("gpus_found", source=source.describe(), count=len(gpus), uuids=[g.uuid for g in gpus])
@@ -222,7 +223,6 @@ def run(settings: Settings, stop: threading.Event) -> int:
         )
         status = _status_reporter(settings, link)
         servers = _start_servers(settings, state, status)
-        link.start()
         try:
             api_client = link.wait()  # loaded while the sockets came up; a bad kubeconfig still fails start-up
         except Exception:

@@ -140,9 +140,9 @@ class DeviceState:
         Never raises for any checkpoint state (no crash loop): a newer binary's checkpoint puts
         the plugin in refusing mode; an untrusted one is rebuilt without destroying anything.
         """
-        self._cdi.ensure_root()
-        self._store.ensure_dir()
-        with self._locked():
+        with self._locked():  # another plugin pod (a rolling update) writes its temp files under it
+            self._cdi.ensure_root()
+            self._store.ensure_dir()
             try:
                 self._recovery.at_start()
             except CheckpointTooNew as err:

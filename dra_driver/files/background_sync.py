@@ -73,12 +73,8 @@ class BackgroundSync:
 
     def flush(self) -> None:
         """Fsync everything marked so far now, on the caller's thread (after a batch in progress)."""
-        with self._cv:
-            pending, self._pending = list(self._pending), {}
-            discards, self._discards = self._discards, []
         with self._syncing:
-            self._sync(pending)
-            self._unlink(discards)
+            self._take_and_do()
 
     def close(self) -> None:
         """Flush, and from now on fsync each mark before it returns (shutdown)."""
@@ -89,18 +85,30 @@ class BackgroundSync:
     def _run(self) -> None:
         while True:
             time.sleep(self._delay)
-            with self._cv:
-                pending, self._pending = list(self._pending), {}
-                discards, self._discards = self._discards, []
-                if not pending and not discards:
-                    self._thread = None
-                    return
             try:
-                with self._syncing:
-                    self._sync(pending)
-                    self._unlink(discards)
+                with self._syncing:  # taken before the batch: a flush then waits for this batch
+                    if not self._take_and_do(stop_thread_if_idle=True):
+                        return
             except Exception as err:  # noqa: BLE001 - the thread must outlive any one batch, or later writes go unsynced
                 log.error("fsync_failed", error=f"{type(err).__name__}: {err}")
+
+    def _take_and_do(self, *, stop_thread_if_idle: bool = False) -> bool:
+        """(``_syncing`` held) Fsync what is marked and unlink what is discarded; False when there was nothing.
+
+        ``stop_thread_if_idle``: the thread's own call; with nothing to do, it ends (a later mark starts another).
+        """
+        with self._cv:
+            pending, self._pending = list(self._pending), {}
+            discards, self._discards = self._discards, []
+            if not pending and not discards:
+                if stop_thread_if_idle:
+                    self._thread = None
+                return False
+        try:
+            self._sync(pending)
+        finally:
+            self._unlink(discards)
+        return True
 
     def _unlink(self, paths: list[Path]) -> None:
         for path in paths:

@@ -15,6 +15,7 @@ has changed since (same inode, size and times), returns what it knows without re
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 import structlog
 
 from dra_driver.core.checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, CheckpointError, CheckpointTooNew, decode, encode
-from dra_driver.files.atomic import fsync_dir, move_aside, remove_stale_temps, write_atomic
+from dra_driver.files.atomic import TMP_PREFIX, fsync_dir, move_aside, remove_stale_temps, write_atomic
 from dra_driver.files.background_sync import BackgroundSync
 
 log = structlog.get_logger(__name__)
@@ -132,10 +133,13 @@ class CheckpointStore:
             return None, str(err)
 
     def ensure_dir(self) -> None:
-        """Create the directory (owner-only) and drop temp files a killed writer left; once, at start."""
+        """Create the directory (owner-only) and drop temp files a killed writer left; once, at start.
+
+        Called under the node lock: a plugin of another release still serving (a rolling update)
+        writes its temp files under that lock too, so none of them is in flight here.
+        """
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         remove_stale_temps(self.dir)
-        (self.dir / ".prev-link").unlink(missing_ok=True)  # earlier releases linked the previous generation here
 
     def load(self) -> LoadResult:
         """Read the newest good generation; never raises for corruption, never loses it silently.
@@ -221,12 +225,22 @@ class CheckpointStore:
         data = encode(cp)
         self._known = None
         if self.path.exists():
-            # The old previous generation is moved aside and unlinked in the background (freeing its
-            # blocks is the slow part of a save), then the current file is linked as the previous
-            # one; the rename below then frees nothing either. A kill between leaves no previous
-            # generation beside a good current file, and a temp file the next start removes.
+            # The current file becomes the previous generation without freeing a file on this thread
+            # (freeing blocks is the slow part of a save): linked under a temp name, the old previous
+            # generation moved aside (unlinked in the background), the link renamed into its place;
+            # the rename below then frees nothing either. A failure puts the old one back; a kill
+            # leaves at worst no previous generation beside a good current file, and temp files
+            # the next start removes.
+            link = self.dir / f"{TMP_PREFIX}{self.prev.name}.{secrets.token_hex(4)}"
+            os.link(self.path, link)
             old = move_aside(self.prev)
-            os.link(self.path, self.prev)
+            try:
+                link.rename(self.prev)
+            except OSError:
+                if old is not None:
+                    old.rename(self.prev)
+                link.unlink(missing_ok=True)
+                raise
             if old is not None:
                 self.sync.discard(old)
         write_atomic(self.path, data, durable=False)

@@ -189,6 +189,35 @@ def test_a_file_moved_aside_by_a_killed_process_is_removed_at_the_next_start(tmp
     store.save(Checkpoint("boot-1"))
     aside = move_aside(store.prev)  # as if killed before the thread unlinked it
     assert aside is not None and aside.exists()
-    (tmp_path / ".prev-link").write_text("{}")  # what an earlier release could leave
     CheckpointStore(tmp_path, "boot-1").ensure_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.json"]
+
+
+@pytest.mark.parametrize("fails", ["link", "rename"])
+def test_a_save_that_cannot_keep_the_previous_generation_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: str
+) -> None:
+    """No space for a link (or a failing rename): the save fails, and both generations stay as they were."""
+    store = CheckpointStore(tmp_path, "boot-1")
+    first = Checkpoint("boot-1").with_claim("u1", ClaimEntry(ClaimState.PREPARE_COMPLETED, "ns", "c1"))
+    store.save(Checkpoint("boot-1"))
+    store.save(first)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def no_space(*_: object, **__: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    if fails == "link":
+        monkeypatch.setattr(os, "link", no_space)
+    else:
+        real_rename = Path.rename
+
+        def rename(self: Path, target: str | os.PathLike[str]) -> Path:
+            if Path(target).name == "checkpoint.prev.json" and self.name.startswith(".dra-gpu-tmp-checkpoint"):
+                no_space()
+            return real_rename(self, target)
+
+        monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(OSError, match="No space"):
+        store.save(first.with_claim("u2", ClaimEntry(ClaimState.PREPARE_COMPLETED, "ns", "c2")))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
