@@ -14,8 +14,7 @@ scheduler simulator (``dra_driver.schedsim``) does the rest.
 :func:`explain_objects` is the whole offline path on parsed documents. Every object is checked
 on the way in (``dra_driver.schedsim.allocator.validate``): a malformed file or object, or one past
 the API's limits, is an :class:`InputError` naming the object and field, never a crash. The text
-report (summarized per group of nodes on a large cluster) is ``explain_text.py``'s, the JSON
-writer ``explain_json.py``'s.
+report (summarized per group of nodes on a large cluster) is ``explain_text.py``'s.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from dra_driver.cli.explain_json import dumps_indented
 from dra_driver.cli.explain_text import render_text
 from dra_driver.schedsim.allocator import Explanation, InvalidObject, explain
 from dra_driver.schedsim.allocator.objects import claim_spec
@@ -403,7 +401,7 @@ def _explain_cmd(args: argparse.Namespace) -> int:
         gc.enable()
     if args.output == "json":
         entries = [r.to_json() for _, ex in results for r in ex.requests]
-        print(dumps_indented({"requests": entries}))
+        print(json.dumps({"requests": entries}, indent=2))
     else:
         if not live and not args.classes:
             print("note: no --classes given; each driver's devices form a class named like the driver", file=sys.stderr)

@@ -29,6 +29,11 @@ TMP_PREFIX = ".dra-gpu-tmp-"
 MOVED_ASIDE = f"{TMP_PREFIX}removed."
 
 
+def temp_beside(path: Path, prefix: str = TMP_PREFIX) -> Path:
+    """A fresh temp name in ``path``'s directory, for ``path`` (``remove_stale_temps`` finds it)."""
+    return path.parent / f"{prefix}{path.name}.{secrets.token_hex(4)}"
+
+
 def fsync_dir(directory: Path) -> None:
     """Fsync a directory so a rename or unlink in it is durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -44,7 +49,7 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = 
     Atomic either way: a process killed at any moment leaves the old file or the new one. See the
     module's docstring for what the fsync protects, and why the directory is not fsynced.
     """
-    tmp = path.parent / f"{TMP_PREFIX}{path.name}.{secrets.token_hex(4)}"
+    tmp = temp_beside(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -67,7 +72,7 @@ def move_aside(path: Path) -> Path | None:
     aside and ``dra_driver.files.background_sync`` unlinks them. A process killed before that
     leaves a temp file that ``remove_stale_temps`` removes at the next start.
     """
-    aside = path.parent / f"{MOVED_ASIDE}{path.name}.{secrets.token_hex(4)}"
+    aside = temp_beside(path, MOVED_ASIDE)
     try:
         path.rename(aside)
     except FileNotFoundError:

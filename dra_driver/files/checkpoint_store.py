@@ -15,7 +15,6 @@ has changed since (same inode, size and times), returns what it knows without re
 from __future__ import annotations
 
 import os
-import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 import structlog
 
 from dra_driver.core.checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, CheckpointError, CheckpointTooNew, decode, encode
-from dra_driver.files.atomic import TMP_PREFIX, fsync_dir, move_aside, remove_stale_temps, write_atomic
+from dra_driver.files.atomic import fsync_dir, move_aside, remove_stale_temps, temp_beside, write_atomic
 from dra_driver.files.background_sync import BackgroundSync
 
 log = structlog.get_logger(__name__)
@@ -231,7 +230,7 @@ class CheckpointStore:
             # the rename below then frees nothing either. A failure puts the old one back; a kill
             # leaves at worst no previous generation beside a good current file, and temp files
             # the next start removes.
-            link = self.dir / f"{TMP_PREFIX}{self.prev.name}.{secrets.token_hex(4)}"
+            link = temp_beside(self.prev)
             os.link(self.path, link)
             old = move_aside(self.prev)
             try:

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cli.explain_json import dumps_indented
 from dra_driver.core.quantity import Quantity
 from dra_driver.kube.explain_api import KubeApiError, KubeExplainApi, continue_token
 from dra_driver.kube.rest import RestApi
@@ -208,34 +207,6 @@ def test_a_reservation_taken_back_lets_the_shared_answer_serve_again() -> None:
     assert NodeAllocator._counters_cover({"cs": {"n": q}}, {}, []) is True
 
 
-# -- the -o json writer ----------------------------------------------------------------------------
-def _random_json(rng: random.Random, depth: int = 0) -> Any:
-    kind = rng.randrange(10 if depth < 4 else 6)
-    if kind == 0:
-        return None
-    if kind == 1:
-        return rng.choice([True, False])
-    if kind == 2:
-        return rng.randrange(-(10**20), 10**20)
-    if kind in (3, 4, 5):
-        chars = ["a", "é", '"', "\\", "\n", "\u2028", "\U0001f600", "\x00", " "]
-        return "".join(rng.choice(chars) for _ in range(rng.randrange(6)))
-    if kind in (6, 7):
-        return [_random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
-    return {str(rng.randrange(100)) + rng.choice(["", "é", '"']): _random_json(rng, depth + 1) for _ in range(rng.randrange(4))}
-
-
-@pytest.mark.parametrize("seed", range(50))
-def test_json_writer_writes_what_json_dumps_writes(seed: int) -> None:
-    value = _random_json(random.Random(seed))
-    assert dumps_indented(value) == json.dumps(value, indent=2)
-
-
-@pytest.mark.parametrize("value", [1.5, {"a": [1, 2.0]}, {1: "x"}, (1, 2), {"a": float("nan")}])
-def test_json_writer_leaves_unusual_values_to_json_dumps(value: Any) -> None:
-    assert dumps_indented(value) == json.dumps(value, indent=2)
-
-
 # -- the live path's pages -------------------------------------------------------------------------
 class _Answer:
     def __init__(self, status: int, data: bytes) -> None:
@@ -259,7 +230,7 @@ def _api(pages: dict[str, bytes | int]) -> tuple[KubeExplainApi, list[str]]:
         return _Answer(200, page)
 
     rest = RestApi.__new__(RestApi)
-    rest.send = send  # type: ignore[assignment,method-assign]
+    rest.send = send  # type: ignore[assignment,method-assign] # a fake transport: the pages by continue token
     api._rest = rest
     return api, asked
 

@@ -76,6 +76,7 @@ def load(text: str | None, grammar: str, options: Mapping[str, Any]) -> lark.Lar
     if not isinstance(body, dict) or body.get("lark") != lark.__version__ or body.get("digest") != digest(grammar, options):
         return None
     runtime = {k: v for k, v in options.items() if k in RUNTIME_OPTIONS}
-    # Lark's own loader of serialized tables (what its standalone mode uses).
+    # Lark's own loader of serialized tables (what its standalone mode uses). It is private and
+    # untyped: lark is pinned (1.3.1), and a table from another version never reaches it (checked above).
     parser: lark.Lark = lark.Lark._load_from_dict(body["data"], body["memo"], **runtime)  # type: ignore[no-untyped-call]
     return parser
