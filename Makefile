@@ -38,6 +38,7 @@ k8s:
 	scripts/host-tools.sh
 	e2e/build.sh >/dev/null
 	e2e/helm/build.sh >/dev/null
+	e2e/promtool/build.sh >/dev/null
 	e2e/runtime/build.sh >/dev/null
 
 # The dra-gpu image and the demo's shell image, from deploy/container/Dockerfile without Docker

@@ -9,6 +9,7 @@ Not a test: it asserts nothing about speed. Run with ``make bench``
 ``--mig zero|realistic`` runs the plugin with dynamic MIG on the simulator at that latency and
 times claims for a ``1g.10gb`` slice: "warm" GPUs already hold another slice (MIG mode stays
 on), "cold" GPUs hold nothing, so prepare turns MIG mode on and unprepare turns it off again.
+``--metrics off`` runs the plugin without its Prometheus metrics (on by default, as installed).
 """
 
 from __future__ import annotations
@@ -69,8 +70,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--claims", type=int, default=200)
     parser.add_argument("--mig", choices=["zero", "realistic"], help="dynamic MIG on the simulator at this latency")
+    parser.add_argument("--metrics", choices=["on", "off"], default="on", help="the plugin's Prometheus metrics")
     args = parser.parse_args()
-    extra = ("--mig", "dynamic", "--fake-mig-latency", args.mig, "--gc-interval", "0") if args.mig else ()
+    extra: tuple[str, ...] = ("--mig", "dynamic", "--fake-mig-latency", args.mig, "--gc-interval", "0") if args.mig else ()
+    if args.metrics == "off":
+        extra += ("--metrics-port", "-1")
     with tempfile.TemporaryDirectory() as tmp, LocalCluster() as cluster:
         cluster.add_node("node-a")
         plugin = PluginProcess(Path(tmp), kubeconfig=cluster.kubeconfig, extra_args=extra)
@@ -103,7 +107,7 @@ def main() -> int:
             rss = peak_rss_mib(plugin.proc.pid)
         finally:
             plugin.stop()
-    print(f"claims: {args.claims} (one per call, real kube-apiserver GET per prepare)")
+    print(f"claims: {args.claims} (one per call, real kube-apiserver GET per prepare), metrics {args.metrics}")
     for title, (prep, unprep, both) in results.items():
         report(title, prep, unprep, both)
     print(f"plugin peak RSS: {rss:.1f} MiB")

@@ -3,6 +3,8 @@
 Useful without a kubelet plugin (demos, control-plane-only tests, fake GPUs): discovers the
 node's GPUs (``make_source``), maps them with the publication rules (``--mig`` included) and runs the
 ``SlicePublisher`` until SIGTERM or SIGINT, then exits 0. Each flag defaults to an env var.
+Prometheus metrics of the publisher (``dra_driver.obs.metrics.PublisherMetrics``) are served over
+plain HTTP on ``--metrics-port`` (default 9421, -1 off); a port it cannot listen on exits 2.
 """
 
 from __future__ import annotations
@@ -11,15 +13,25 @@ import argparse
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from dra_driver.appkit.daemon import run_daemon
-from dra_driver.appkit.flags import add_common_flags, check_common_flags
+from dra_driver.appkit.flags import (
+    DEFAULT_METRICS_ADDRESS,
+    add_common_flags,
+    add_metrics_flags,
+    check_common_flags,
+    check_metrics_flags,
+)
 from dra_driver.appkit.inventory import node_publication
 from dra_driver.core.mig import MigStrategy
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.select import make_source
+
+if TYPE_CHECKING:
+    from dra_driver.appkit.publisher import PublisherMetricsHook
 
 log = structlog.get_logger(__name__)
 
@@ -36,14 +48,19 @@ class ControllerSettings:
     mig: MigStrategy = MigStrategy.NONE
     consumable: bool = False
     fake_gpu_state_dir: Path | None = None
+    metrics_port: int = -1
+    """Prometheus /metrics port (plain HTTP), 0 = any, -1 = off (the flag's default: 9421)."""
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
 
 
 def parse(argv: list[str] | None = None) -> ControllerSettings:
     """Parse flags (env vars as defaults); exit 2 with a message naming a bad value."""
     p = argparse.ArgumentParser(prog="dra-gpu-controller", description="publish one node's dra-gpu ResourceSlices")
     add_common_flags(p)
+    add_metrics_flags(p, "controller")
     a = p.parse_args(argv)
     driver = check_common_flags(p, a)
+    check_metrics_flags(p, a)
     return ControllerSettings(
         node_name=a.node_name,
         driver_name=driver,
@@ -53,12 +70,35 @@ def parse(argv: list[str] | None = None) -> ControllerSettings:
         mig=MigStrategy(a.mig),
         consumable=a.sharing == "consumable",
         fake_gpu_state_dir=Path(a.fake_gpu_state_dir) if a.fake_gpu_state_dir else None,
+        metrics_port=a.metrics_port,
+        metrics_address=a.metrics_address,
     )
 
 
 def run(settings: ControllerSettings, stop: threading.Event) -> int:
-    """Publish the node's devices until ``stop`` is set; return the exit code."""
-    # Imported here so that --help and flag errors never load the kubernetes client.
+    """Publish the node's devices until ``stop`` is set; return the exit code (2: the metrics port is unusable)."""
+    # Imported here, as the publisher's below, so that --help and flag errors load neither client.
+    from dra_driver.obs.metrics import MetricsPortError, MetricsServer, PublisherMetrics, new_registry, serve_metrics
+
+    metrics: PublisherMetrics | None = None
+    server: MetricsServer | None = None
+    if settings.metrics_port >= 0:
+        registry = new_registry()
+        metrics = PublisherMetrics(registry)
+        try:
+            server = serve_metrics(registry, settings.metrics_address, settings.metrics_port)
+        except MetricsPortError as err:
+            log.error("metrics_port_unavailable", error=str(err), address=settings.metrics_address, port=settings.metrics_port)
+            return 2
+    try:
+        _publish(settings, stop, metrics)
+    finally:
+        if server is not None:
+            server.stop(wait=False)
+    return 0
+
+
+def _publish(settings: ControllerSettings, stop: threading.Event, metrics: PublisherMetricsHook | None) -> None:
     from dra_driver.appkit.publisher import SlicePublisher
     from dra_driver.kube.client import load_api_client
     from dra_driver.kube.slices_api import KubeSliceApi
@@ -71,10 +111,10 @@ def run(settings: ControllerSettings, stop: threading.Event) -> int:
         backend = make_mig_backend(fake=settings.fake_gpus is not None, gpus=gpus, state_dir=settings.fake_gpu_state_dir)
     publication = node_publication(gpus, settings.mig, backend, consumable=settings.consumable)
 
-    publisher = SlicePublisher(KubeSliceApi(load_api_client(settings.kubeconfig)), settings.driver_name, settings.node_name)
+    api = KubeSliceApi(load_api_client(settings.kubeconfig))
+    publisher = SlicePublisher(api, settings.driver_name, settings.node_name, metrics=metrics)
     publisher.set_devices(list(publication.devices), list(publication.counter_sets))
     publisher.run(stop)
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

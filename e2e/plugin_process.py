@@ -22,6 +22,10 @@ from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1 import api_pb2_grpc as v1_grpc
 from proto.dra.v1beta1 import api_pb2 as v1beta1
 from proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from proto.health.v1 import api_pb2 as h1
+from proto.health.v1 import api_pb2_grpc as h1_grpc
+from proto.health.v1alpha1 import api_pb2 as h1a1
+from proto.health.v1alpha1 import api_pb2_grpc as h1a1_grpc
 from proto.pluginregistration import api_pb2 as reg
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 from tests.claimdata import DRIVER
@@ -128,6 +132,9 @@ class PluginProcess:
             "0",
             "--healthcheck-address",
             "127.0.0.1",
+            # Any free port on loopback: plugins of several nodes share this host (``metrics_url`` finds it).
+            # Not for another source tree (``code``): an earlier release may not know the flags.
+            *(() if code is not None else ("--metrics-port", "0", "--metrics-address", "127.0.0.1")),
             "--publish-slices",
             "true" if self.publish else "false",
             "--boot-id-file",
@@ -147,6 +154,13 @@ class PluginProcess:
                 return
             time.sleep(0.05)
         raise RuntimeError(f"plugin sockets did not appear in {timeout}s:\n{self.log.read_text()[-3000:]}")
+
+    def metrics_url(self) -> str:
+        """The /metrics URL of the running daemon, from its latest ``metrics_listening`` log line."""
+        ports = [e["port"] for e in self.logs() if e.get("event") == "metrics_listening"]
+        if not ports:
+            raise RuntimeError(f"the plugin logged no metrics_listening:\n{self.log.read_text()[-3000:]}")
+        return f"http://127.0.0.1:{ports[-1]}/metrics"
 
     def _started_count(self) -> int:
         return sum(1 for e in self.logs() if e.get("event") == "plugin_started") if self.log.exists() else 0
@@ -204,6 +218,42 @@ class PluginProcess:
         req = pb.NodeUnprepareResourcesRequest(claims=[pb.Claim(namespace=ns, uid=uid, name=n) for ns, uid, n in claims])
         with grpc.insecure_channel(f"unix://{self.dra_socket}") as ch:
             return stub(ch).NodeUnprepareResources(req, timeout=45)
+
+    def fault(self, *args: str) -> dict[str, Any]:
+        """Run the fake GPUs' fault CLI (``python -m dra_driver.sources.fake_health``) on this plugin's GPUs."""
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dra_driver.sources.fake_health",
+                "--state-dir",
+                str(self.plugin_dir / "fake-gpus"),
+                "--fake-gpus",
+                self.profile,
+                "--node-name",
+                self.node,
+                *args,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        result: dict[str, Any] = json.loads(out.stdout)
+        return result
+
+    def health_updates(self, version: str = "v1alpha1", *, until: Any = None, timeout: float = 20.0) -> list[Any]:
+        """Messages of the kubelet's health stream, read until ``until(message)`` is true (or the first one)."""
+        pb, pb_grpc = (h1a1, h1a1_grpc) if version == "v1alpha1" else (h1, h1_grpc)
+        got: list[Any] = []
+        with grpc.insecure_channel(f"unix://{self.dra_socket}") as ch:
+            stream = pb_grpc.DRAResourceHealthStub(ch).NodeWatchResources(pb.NodeWatchResourcesRequest(), timeout=timeout)
+            for msg in stream:
+                got.append(msg)
+                if until is None or until(msg):
+                    stream.cancel()
+                    return got
+        raise AssertionError(f"health stream ended without the awaited message; got {len(got)}")
 
     @property
     def sim_state(self) -> Path:

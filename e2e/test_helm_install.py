@@ -535,6 +535,7 @@ def test_plugin_publishes_and_reports_device_status_with_only_the_charts_permiss
         "NODE_NAME": "node-p",
         "POD_UID": "5b0c1f1e-0000-4000-8000-000000000001",
         "HEALTHCHECK_PORT": "-1",
+        "METRICS_PORT": "-1",  # the chart's 9420 is the pod's; this process runs on the host
         "KUBECONFIG": str(kubeconfig),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "BOOT_ID_FILE": "/proc/sys/kernel/random/boot_id",

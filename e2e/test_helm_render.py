@@ -38,6 +38,8 @@ from e2e.helm_cli import CHART, NAMESPACE, PLUGIN, RELEASE, Helm, by_kind, env_o
         ("gpus.fake.profile=a100-80x1", "sharing.consumable=true", "controller.enabled=true", "controller.nodeName=node-a"),
         ("sharing.consumable=true", "mig.strategy=static"),
         ("mig.strategy=dynamic", "extendedResources.enabled=true", "extendedResources.gpu=example.com/gpu"),
+        ("metrics.serviceMonitor.enabled=true", "webhook.enabled=true", "controller.enabled=true", "controller.nodeName=node-a"),
+        ("metrics.enabled=false", "kubeletPlugin.healthcheckPort=-1"),
     ],
     ids=[
         "defaults",
@@ -49,6 +51,8 @@ from e2e.helm_cli import CHART, NAMESPACE, PLUGIN, RELEASE, Helm, by_kind, env_o
         "consumable-fake",
         "consumable-nvml-mig-static",
         "extended-resources",
+        "metrics-service-monitor",
+        "metrics-off",
     ],
 )
 def test_lint_strict_passes(helm: Helm, sets: tuple[str, ...]) -> None:
@@ -152,6 +156,13 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "HEALTHCHECK_PORT": "51515",
         "PUBLISH_SLICES": "true",
         "GC_INTERVAL": "600",
+        "METRICS_PORT": "9420",
+        "USAGE_INTERVAL": "10",
+        "HEALTH": "auto",
+        "HEALTH_EVICT": "false",
+        "HEALTH_CHECK_INTERVAL": "10",
+        "HEALTH_HOLD": "600",
+        "HEALTH_STREAM": "true",
         "DEVICE_STATUS": "true",
         "BOOT_ID_FILE": "/host/boot_id",
     }
@@ -363,11 +374,118 @@ def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.
 
 
 def test_without_a_health_port_there_are_no_probes(helm: Helm) -> None:
-    """healthcheckPort -1 turns the health server off, and with it both probes."""
+    """healthcheckPort -1 turns the health server off, and with it both probes (the metrics port stays)."""
     docs = helm.template("gpus.fake.profile=h100x8", "kubeletPlugin.healthcheckPort=-1")
     (c,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
-    assert "livenessProbe" not in c and "readinessProbe" not in c and "ports" not in c
+    assert "livenessProbe" not in c and "readinessProbe" not in c
+    assert [{"name": "metrics", "containerPort": 9420, "protocol": "TCP"}] == c["ports"]
     assert "-1" == env_of(c)["HEALTHCHECK_PORT"]
+    off = helm.template("kubeletPlugin.healthcheckPort=-1", "metrics.enabled=false")
+    (c,) = by_kind(off, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    assert "ports" not in c
+
+
+# -- Prometheus metrics -----------------------------------------------------------------------
+
+ALL_DAEMONS = ("webhook.enabled=true", "controller.enabled=true", "controller.nodeName=node-x")
+METRICS_SERVICES = {"dra-gpu-kubelet-plugin-metrics": 9420, "dra-gpu-controller-metrics": 9421, "dra-gpu-webhook-metrics": 9422}
+
+
+def containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The plugin's, the controller's and the webhook's container, by component."""
+    pods = {
+        "kubelet-plugin": by_kind(docs, "DaemonSet").get(PLUGIN),
+        "controller": by_kind(docs, "Deployment").get("dra-gpu-controller"),
+        "webhook": by_kind(docs, "Deployment").get("dra-gpu-webhook"),
+    }
+    return {name: obj["spec"]["template"]["spec"]["containers"][0] for name, obj in pods.items() if obj is not None}
+
+
+def test_every_daemon_serves_metrics_on_its_own_named_port_by_default(helm: Helm) -> None:
+    """metrics.enabled (the default): METRICS_PORT, a containerPort named metrics, a headless Service selecting the pods."""
+    docs = helm.template(*ALL_DAEMONS)
+    ports = {"kubelet-plugin": 9420, "controller": 9421, "webhook": 9422}
+    for component, c in containers(docs).items():
+        assert str(ports[component]) == env_of(c)["METRICS_PORT"]
+        assert {"name": "metrics", "containerPort": ports[component], "protocol": "TCP"} in c["ports"]
+    services = {n: s for n, s in by_kind(docs, "Service").items() if n.endswith("-metrics")}
+    assert METRICS_SERVICES == {n: s["spec"]["ports"][0]["port"] for n, s in services.items()}
+    for name, svc in services.items():
+        component = name.removeprefix("dra-gpu-").removesuffix("-metrics")
+        assert "None" == svc["spec"]["clusterIP"]  # every pod is a target, not one behind a VIP
+        assert component == svc["spec"]["selector"]["app.kubernetes.io/component"]
+        assert "metrics" == svc["spec"]["ports"][0]["targetPort"]
+        assert "true" == svc["metadata"]["labels"]["dra-gpu.dev/metrics"]
+    assert "dra-gpu.dev/metrics" not in by_kind(docs, "Service")["dra-gpu-webhook"]["metadata"]["labels"]
+    # Only the daemons that run get a Service.
+    assert {"dra-gpu-kubelet-plugin-metrics"} == {n for n in by_kind(helm.template(), "Service") if n.endswith("-metrics")}
+
+
+def test_the_service_monitor_is_off_by_default_and_scrapes_every_metrics_service_when_on(helm: Helm) -> None:
+    assert {} == by_kind(helm.template(*ALL_DAEMONS), "ServiceMonitor")
+    docs = helm.template(*ALL_DAEMONS, "metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.labels.release=prom")
+    monitor = by_kind(docs, "ServiceMonitor")["dra-gpu"]
+    assert "monitoring.coreos.com/v1" == monitor["apiVersion"]
+    assert (NAMESPACE, "prom") == (monitor["metadata"]["namespace"], monitor["metadata"]["labels"]["release"])
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    selected = {n for n, s in by_kind(docs, "Service").items() if selector.items() <= s["metadata"]["labels"].items()}
+    assert set(METRICS_SERVICES) == selected  # not the webhook's HTTPS Service
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert ("metrics", "/metrics", "http", "30s") == tuple(endpoint[k] for k in ("port", "path", "scheme", "interval"))
+    node_label = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+    assert node_label in endpoint["relabelings"]  # one series per node's plugin
+    assert endpoint["honorLabels"] is True  # the usage series' own namespace and pod labels are kept
+    assert [NAMESPACE] == monitor["spec"]["namespaceSelector"]["matchNames"]
+
+
+def test_the_metrics_ports_reach_the_daemons_and_off_turns_every_server_off(helm: Helm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ports the chart sets are what the daemons' flag parsers read; metrics.enabled=false passes -1 (off)."""
+    from controller.main import parse as parse_controller
+    from kubelet_plugin.settings import parse as parse_plugin
+    from webhook.main import parse as parse_webhook
+
+    sets = ("metrics.port.kubeletPlugin=19420", "metrics.port.controller=19421", "metrics.port.webhook=19422")
+    parsers = {
+        "kubelet-plugin": lambda: parse_plugin([]).metrics_port,
+        "controller": lambda: parse_controller([]).metrics_port,
+        "webhook": lambda: parse_webhook(["--tls-cert-file", "c", "--tls-private-key-file", "k"]).metrics_port,
+    }
+    monkeypatch.setenv("NODE_NAME", "node-x")
+    monkeypatch.delenv("METRICS_ADDRESS", raising=False)
+    for component, c in containers(helm.template(*ALL_DAEMONS, *sets)).items():
+        monkeypatch.setenv("METRICS_PORT", env_of(c)["METRICS_PORT"])
+        assert {"kubelet-plugin": 19420, "controller": 19421, "webhook": 19422}[component] == parsers[component]()
+    off = helm.template(*ALL_DAEMONS, "metrics.enabled=false")
+    for component, c in containers(off).items():
+        assert "-1" == env_of(c)["METRICS_PORT"]
+        assert "metrics" not in {p["name"] for p in c.get("ports", [])}
+        monkeypatch.setenv("METRICS_PORT", "-1")
+        assert -1 == parsers[component]()
+    assert not [n for n in by_kind(off, "Service") if n.endswith("-metrics")]
+
+
+@pytest.mark.parametrize(
+    ("sets", "mentions"),
+    [
+        (
+            ("metrics.enabled=false", "metrics.serviceMonitor.enabled=true"),
+            "metrics.serviceMonitor.enabled needs metrics.enabled",
+        ),
+        (("webhook.enabled=true", "webhook.port=9422"), "webhook.port and metrics.port.webhook are both 9422"),
+        (("kubeletPlugin.healthcheckPort=9420",), "healthcheckPort and metrics.port.kubeletPlugin are both 9420"),
+        (("metrics.port.kubeletPlugin=0",), "/metrics/port/kubeletPlugin"),
+        (("metrics.serviceMonitor.interval=often",), "/metrics/serviceMonitor/interval"),
+        (("metrics.typo=1",), "typo"),
+    ],
+    ids=["monitor-without-metrics", "webhook-port-clash", "health-port-clash", "port-zero", "interval", "unknown-key"],
+)
+def test_bad_metrics_values_fail_the_render_naming_them(helm: Helm, sets: tuple[str, ...], mentions: str) -> None:
+    args = ["template", RELEASE, str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    proc = helm.run(*args, check=False)
+    assert proc.returncode != 0
+    assert mentions in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
 # -- Extended resources: pods written for the NVIDIA device plugin ----------------------------

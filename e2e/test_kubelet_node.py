@@ -83,11 +83,13 @@ class Harness:
         out.append(f"(control-plane logs in {self.c.log_dir})")
         return "\n".join(out)
 
-    def start_plugin(self, node: KubeletNode) -> PluginProcess:
+    def start_plugin(self, node: KubeletNode, extra_args: tuple[str, ...] = ()) -> PluginProcess:
         """Our daemon on ``node``'s kubelet dirs, publishing 8 fake H100s; waits until the kubelet registered it."""
         base = self.tmp / f"plugin-{node.name}"
         base.mkdir()
-        plugin = PluginProcess(base, kubeconfig=self.c.kubeconfig, node=node.name, profile="h100x8", publish=True)
+        plugin = PluginProcess(
+            base, kubeconfig=self.c.kubeconfig, node=node.name, profile="h100x8", publish=True, extra_args=extra_args
+        )
         plugin.registrar = node.registrar_dir
         plugin.plugin_dir = node.plugins_dir / DRIVER
         plugin.cdi = base / "cdi"

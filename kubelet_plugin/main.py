@@ -2,14 +2,16 @@
 
 Lifecycle: load GPUs (the API client loads meanwhile, ``kubelet_plugin.api_link``) → recover the
 checkpoint → start the DRA socket, then the registration socket (the kubelet may dial as soon as
-it sees it) → health → wait for the API client → slice publisher. On SIGTERM:
-health NOT_SERVING, registration socket removed first (the kubelet deregisters), in-flight
-calls finish (grace), DRA socket removed, publisher stopped.
+it sees it) → health → wait for the API client → metrics (prometheus_client is loaded only now;
+a metrics port it cannot listen on stops the plugin with exit code 2) → slice publisher. On
+SIGTERM: health NOT_SERVING, registration socket removed first (the kubelet deregisters),
+in-flight calls finish (grace), DRA socket removed, publisher and metrics server stopped.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from dra_driver.core.cdi import FAKE_DEVICE_NODE_HOST
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
 from dra_driver.core.mig_publish import Publication
+from dra_driver.core.schema import gpu_device_name
 from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
 from dra_driver.files.checkpoint_store import BootIdError, CheckpointStore, Notice, read_boot_id
 from dra_driver.mig_backends.select import make_mig_backend
@@ -31,16 +34,23 @@ from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
 from kubelet_plugin.device_status import DeviceStatusReporter, StatusWriter
+from kubelet_plugin.health_monitor import HealthMonitor, MonitorConfig
+from kubelet_plugin.health_stream import SERVICE_NAMES, HealthStreams
+from kubelet_plugin.health_taints import TaintedPublication
 from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.registration import RegistrationServicer
-from kubelet_plugin.servicer import add_dra_services
+from kubelet_plugin.servicer import MetricsSlot, add_dra_services
 from kubelet_plugin.settings import Settings, parse
 from kubelet_plugin.sockets import SocketPaths, secure_socket, unix_server
 from kubelet_plugin.state import DeviceState
+from kubelet_plugin.usage import PodNotes, UsageSampler, cdi_spec_mtime, make_usage_source
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 
 if TYPE_CHECKING:
+    from dra_driver.obs.metrics import MetricsServer, PublisherMetrics
+    from dra_driver.obs.metrics import Registry as CollectorRegistry
     from kubelet_plugin.health import SocketHealthServicer
+    from kubelet_plugin.recovery import StartReport
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +66,7 @@ class _Servers:
     registration: grpc.Server
     health_servicer: SocketHealthServicer
     health: grpc.Server | None
+    health_streams: HealthStreams | None = None
 
 
 def _build_state(
@@ -66,6 +77,7 @@ def _build_state(
     link: ApiLink,
     *,
     boot_id: str,
+    pods: PodNotes,
 ) -> DeviceState:
     settings.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
     real = settings.fake_gpus is None
@@ -83,7 +95,7 @@ def _build_state(
             boot_id=boot_id,
         ),
         mps_root=settings.plugin_dir / "mps",
-        claims=link,
+        claims=pods.watching(link),  # the claims' pods, noted for the usage metrics
         cdi=CdiStore(settings.cdi_root, settings.driver_name, later=checkpoints.sync),
         checkpoints=checkpoints,
         lock_path=settings.plugin_dir / "serialize.lock",
@@ -109,7 +121,93 @@ def _status_reporter(settings: Settings, link: ApiLink) -> DeviceStatusReporter 
     return DeviceStatusReporter(driver=settings.driver_name, node_name=settings.node_name, writer=writer)
 
 
-def _start_servers(settings: Settings, state: DeviceState, status: DeviceStatusReporter | None) -> _Servers:
+def _health_monitor(settings: Settings, gpus: list[GpuInfo], link: ApiLink, *, boot_id: str) -> HealthMonitor | None:
+    """The GPU health monitor (None when ``--health off``), its record loaded."""
+    if settings.health == "off":
+        log.info("health_monitoring_disabled")
+        return None
+    from dra_driver.files.health_store import HealthStore
+    from dra_driver.sources.select import make_health_source
+
+    uuids = [g.uuid for g in gpus]
+    source = make_health_source(fake_gpus=settings.fake_gpus, state_dir=settings.fake_gpu_state_dir, gpu_uuids=uuids)
+    monitor = HealthMonitor(
+        source=source,
+        gpus=gpus,
+        store=HealthStore(settings.plugin_dir, boot_id),
+        plugin_dir=settings.plugin_dir,
+        notify=link.notify,
+        config=MonitorConfig(check_interval_s=settings.health_check_interval_s, hold_s=settings.health_hold_s),
+    )
+    monitor.load()
+    return monitor
+
+
+def _usage_sampler(settings: Settings, state: DeviceState, publication: Publication, pods: PodNotes) -> UsageSampler | None:
+    """The per-claim utilization sampler (None when ``--usage-interval 0`` or metrics are off: nothing reads it)."""
+    if settings.usage_interval_s <= 0 or settings.metrics_port < 0:
+        return None
+    return UsageSampler(
+        source=make_usage_source(
+            fake=settings.fake_gpus is not None, state_dir=settings.fake_gpu_state_dir or settings.plugin_dir / "fake-gpus"
+        ),
+        claims=state.prepared_snapshot,
+        targets=publication.targets,
+        prepared_at=cdi_spec_mtime(settings.cdi_root, settings.driver_name),
+        pods=pods,
+        interval_s=settings.usage_interval_s,
+    )
+
+
+def _monitoring_collectors(
+    settings: Settings, gpus: list[GpuInfo], monitor: HealthMonitor | None, usage: UsageSampler | None
+) -> list[Callable[[CollectorRegistry], object]]:
+    """What registers the health and usage collectors on the metrics registry (loaded with it, after the sockets)."""
+    out: list[Callable[[CollectorRegistry], object]] = []
+    if monitor is not None:
+
+        def health(registry: CollectorRegistry) -> None:
+            from dra_driver.obs.metrics import HealthCollector
+
+            registry.register(HealthCollector(lambda: monitor.book, {g.uuid: gpu_device_name(g.minor) for g in gpus}))
+
+        out.append(health)
+    if usage is not None:
+
+        def usage_rows(registry: CollectorRegistry) -> object:
+            from dra_driver.obs.usage_metrics import register_usage_collector
+
+            return register_usage_collector(registry, usage.snapshot, settings.node_name)
+
+        out.append(usage_rows)
+    return out
+
+
+def _start_monitor(monitor: HealthMonitor | None, tainted: TaintedPublication, stop: threading.Event) -> None:
+    """The monitor's thread; its changes republish the devices with taints."""
+    if monitor is None:
+        return
+    tainted.on_change(monitor.book)
+    monitor.set_on_change(tainted.on_change)
+    threading.Thread(target=monitor.run, args=(stop,), name="gpu-health", daemon=True).start()
+
+
+def _health_streams(settings: Settings, monitor: HealthMonitor | None, publication: Publication) -> HealthStreams | None:
+    if monitor is None or not settings.health_stream:
+        return None
+    by_gpu: dict[str, list[str]] = {}
+    for name, target in publication.targets.items():
+        by_gpu.setdefault(target.gpu.uuid, []).append(name)
+    return HealthStreams(monitor, pool_name=settings.node_name, devices_by_gpu=by_gpu)
+
+
+def _start_servers(
+    settings: Settings,
+    state: DeviceState,
+    status: DeviceStatusReporter | None,
+    streams: HealthStreams | None = None,
+    metrics: MetricsSlot | None = None,
+) -> _Servers:
     """DRA socket first, then registration (the kubelet may dial as soon as it sees it), then health."""
     paths = SocketPaths.for_plugin(
         driver=settings.driver_name,
@@ -118,11 +216,15 @@ def _start_servers(settings: Settings, state: DeviceState, status: DeviceStatusR
         pod_uid=settings.pod_uid,
     )
     dra_server = unix_server(paths.dra)
-    add_dra_services(dra_server, state, status)
+    add_dra_services(dra_server, state, status, metrics)
+    if streams is not None:
+        streams.add_to_server(dra_server)
     dra_server.start()
     secure_socket(paths.dra)
 
-    registration = RegistrationServicer(settings.driver_name, str(paths.dra))
+    registration = RegistrationServicer(
+        settings.driver_name, str(paths.dra), extra_services=SERVICE_NAMES if streams is not None else ()
+    )
     reg_server = unix_server(paths.registration, max_workers=2)
     reg_grpc.add_RegistrationServicer_to_server(registration, reg_server)
     reg_server.start()
@@ -142,24 +244,102 @@ def _start_servers(settings: Settings, state: DeviceState, status: DeviceStatusR
         port = health_server.add_insecure_port(f"{settings.healthcheck_address}:{settings.healthcheck_port}")
         health_server.start()
         log.info("health_listening", port=port)
-    return _Servers(paths, dra_server, reg_server, health_servicer, health_server)
+    return _Servers(paths, dra_server, reg_server, health_servicer, health_server, streams)
 
 
-def _shutdown(servers: _Servers, publisher_thread: threading.Thread | None) -> None:
-    """Health NOT_SERVING, registration socket gone first, in-flight calls finished, DRA socket gone."""
+def _shutdown(servers: _Servers, publisher_thread: threading.Thread | None, metrics: _Metrics | None = None) -> None:
+    """Health NOT_SERVING, registration socket gone first, in-flight calls finished, DRA socket gone, metrics last."""
     servers.health_servicer.enter_graceful_shutdown()
     servers.paths.registration.unlink(missing_ok=True)  # the kubelet's watcher deregisters us
     servers.registration.stop(grace=1.0).wait()
+    if servers.health_streams is not None:
+        servers.health_streams.stop()  # open streams would hold the grace period below
     servers.dra.stop(grace=SHUTDOWN_GRACE_S).wait()  # refuse new calls, let in-flight ones finish
     servers.paths.dra.unlink(missing_ok=True)
     if servers.health is not None:
         servers.health.stop(grace=1.0).wait()
     if publisher_thread is not None:
         publisher_thread.join(timeout=5.0)
+    if metrics is not None:
+        metrics.server.stop(wait=False)
+
+
+@dataclass(slots=True)
+class _Metrics:
+    server: MetricsServer
+    publisher: PublisherMetrics
+
+
+class _MetricsUnavailable(Exception):
+    """The metrics port cannot be listened on (logged as ``metrics_port_unavailable``)."""
+
+
+def _start_metrics(
+    settings: Settings,
+    state: DeviceState,
+    report: StartReport,
+    slot: MetricsSlot | None,
+    extra: Sequence[Callable[[CollectorRegistry], object]] = (),
+) -> _Metrics | None:
+    """The metrics (None when off): the calls' metrics into ``slot``, the prepared claims' gauges, the server."""
+    if slot is None:
+        return None
+    # Loaded only now, after the sockets serve: prometheus_client takes about 0.1 s to import.
+    from dra_driver.obs.metrics import (
+        MetricsPortError,
+        PluginMetrics,
+        PreparedClaimsCollector,
+        PublisherMetrics,
+        new_registry,
+        serve_metrics,
+    )
+
+    registry = new_registry()
+    plugin = PluginMetrics(registry)
+    plugin.checkpoint_loaded(report.reasons, fresh=report.fresh)
+    mig_devices = [name for name, target in state.targets.items() if target.is_mig]
+    registry.register(PreparedClaimsCollector(state.prepared_snapshot, mig_devices))
+    publisher = PublisherMetrics(registry)
+    for register in extra:  # GPU health, per-claim usage
+        register(registry)
+    try:
+        server = serve_metrics(registry, settings.metrics_address, settings.metrics_port)
+    except MetricsPortError as err:
+        log.error("metrics_port_unavailable", error=str(err), address=settings.metrics_address, port=settings.metrics_port)
+        raise _MetricsUnavailable from err
+    slot.sink = plugin
+    return _Metrics(server, publisher)
+
+
+def _after_sockets(
+    settings: Settings,
+    state: DeviceState,
+    link: ApiLink,
+    servers: _Servers,
+    *,
+    report: StartReport,
+    slot: MetricsSlot | None,
+    extra: Sequence[Callable[[CollectorRegistry], object]] = (),
+) -> tuple[Any, _Metrics | None]:
+    """The API client (loaded while the sockets came up; a bad kubeconfig still fails start-up), then the metrics.
+
+    On a failure the servers are shut down and it raises (``_MetricsUnavailable``: the metrics port).
+    """
+    try:
+        return link.wait(), _start_metrics(settings, state, report, slot, extra)
+    except Exception:
+        _shutdown(servers, None)
+        raise
 
 
 def _start_publisher(
-    settings: Settings, api_client: Any, link: ApiLink, publication: Publication, stop: threading.Event
+    settings: Settings,
+    api_client: Any,
+    link: ApiLink,
+    publication: TaintedPublication,
+    stop: threading.Event,
+    *,
+    metrics: PublisherMetrics | None = None,
 ) -> threading.Thread:
     """The node's ResourceSlice publisher, on a thread of its own until ``stop``."""
     from dra_driver.appkit.publisher import SlicePublisher
@@ -168,9 +348,14 @@ def _start_publisher(
     def refused(message: str) -> None:
         link.notify(Notice("DevicesNotPublished", message, warning=True))
 
-    publisher = SlicePublisher(KubeSliceApi(api_client), settings.driver_name, settings.node_name, on_refusal=refused)
-    publisher.set_devices(list(publication.devices), list(publication.counter_sets))
-    thread = threading.Thread(target=publisher.run, args=(stop,), name="slice-publisher", daemon=True)
+    api = KubeSliceApi(api_client)
+    publisher = SlicePublisher(api, settings.driver_name, settings.node_name, on_refusal=refused, metrics=metrics)
+
+    def run() -> None:
+        publication.attach(publisher, api.server_minor_version)  # on this thread: the version is an API call
+        publisher.run(stop)
+
+    thread = threading.Thread(target=run, name="slice-publisher", daemon=True)
     thread.start()
     return thread
 
@@ -210,9 +395,10 @@ def run(settings: Settings, stop: threading.Event) -> int:
     # One publication: the start-up sweep only destroys dynamic instances, which the publication
     # (every placement, carved or not) does not list; static instances are never touched.
     publication = node_publication(gpus, settings.mig, backend, consumable=settings.consumable)
-    state = _build_state(settings, gpus, publication, backend, link, boot_id=boot_id)
+    pods = PodNotes()
+    state = _build_state(settings, gpus, publication, backend, link, boot_id=boot_id, pods=pods)
     try:
-        state.startup()
+        report = state.startup()
         for note in publication.notes:
             log.warning("publication_note", note=note)
         log.info(
@@ -222,33 +408,37 @@ def run(settings: Settings, stop: threading.Event) -> int:
             counter_sets=len(publication.counter_sets),
         )
         status = _status_reporter(settings, link)
-        servers = _start_servers(settings, state, status)
-        try:
-            api_client = link.wait()  # loaded while the sockets came up; a bad kubeconfig still fails start-up
-        except Exception:
-            _shutdown(servers, None)
-            raise
-        gc_thread: threading.Thread | None = None
+        monitor = _health_monitor(settings, gpus, link, boot_id=boot_id)
+        tainted = TaintedPublication(publication, settings.driver_name, evict_fatal=settings.health_evict)
+        slot = MetricsSlot() if settings.metrics_port >= 0 else None
+        servers = _start_servers(settings, state, status, _health_streams(settings, monitor, publication), slot)
+        usage = _usage_sampler(settings, state, publication, pods)
+        extra = _monitoring_collectors(settings, gpus, monitor, usage)
+        api_client, metrics = _after_sockets(settings, state, link, servers, report=report, slot=slot, extra=extra)
+        _start_monitor(monitor, tainted, stop)
+        if usage is not None:
+            threading.Thread(target=usage.run, args=(stop,), name="gpu-usage", daemon=True).start()
         if settings.gc_interval_s > 0:
-            gc_thread = threading.Thread(
-                target=_gc_loop, args=(state, settings.gc_interval_s, stop), name="claim-gc", daemon=True
-            )
-            gc_thread.start()
+            threading.Thread(target=_gc_loop, args=(state, settings.gc_interval_s, stop), name="claim-gc", daemon=True).start()
 
         publisher_thread: threading.Thread | None = None
         if state.refusal is not None:
             # Serve (every call answers the refusal; no crash loop) but offer no devices to schedule.
             log.error("plugin_refusing", reason=state.refusal, publishing=False)
         elif settings.publish_slices:
-            publisher_thread = _start_publisher(settings, api_client, link, publication, stop)
+            publisher_thread = _start_publisher(
+                settings, api_client, link, tainted, stop, metrics=metrics.publisher if metrics is not None else None
+            )
 
         log.info("plugin_started")
         stop.wait()
         log.info("plugin_stopping")
-        _shutdown(servers, publisher_thread)
+        _shutdown(servers, publisher_thread, metrics)
         if status is not None:
             status.stop()
         return 0
+    except _MetricsUnavailable:
+        return 2
     finally:
         state.close()  # the last checkpoint write durable; any later one durable as it is made
 

@@ -22,7 +22,7 @@ MIG instances no claim is known to own (kept). A checkpoint written by a newer d
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -37,6 +37,16 @@ from kubelet_plugin.mig_ops import MigOps, owned
 from kubelet_plugin.sharing_ops import SharingOps
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StartReport:
+    """What the start-up load found, for the plugin's metrics (``dra_gpu_checkpoint_recoveries_total``)."""
+
+    reasons: tuple[str, ...] = ()
+    """The reasons of the notices it told (``CheckpointRecovered``, ``NodeRebooted``, ``CheckpointRebuilt``...)."""
+    fresh: bool = False
+    """No checkpoint existed, nor a CDI spec to rebuild one from: a new node, or one whose files were deleted."""
 
 
 class Recovery:
@@ -68,18 +78,21 @@ class Recovery:
             except Exception as err:  # noqa: BLE001 - an Event is best effort; the log line stays
                 log.warning("event_failed", reason=notice.reason, error=str(err))
 
-    def at_start(self) -> None:
+    def at_start(self) -> StartReport:
         """Recover at start: apply a reboot, handle orphaned CDI files, sweep and restart (trusted), or rebuild.
 
         Raises CheckpointTooNew (nothing changed); never raises for any other checkpoint state.
+        Returns what it found and told.
         """
         result = self._store.load()
         for n in result.notices:
             self.tell(n)
+        reasons = [n.reason for n in result.notices]
         cp = result.checkpoint
         untrusted = not result.trusted or (result.fresh and bool(self._cdi.claim_uids()))
         if untrusted:
             cp = self.rebuild(cp)
+            reasons.append("CheckpointRebuilt")
         else:
             for uid in result.dropped_claims:
                 self._cdi.remove(uid)
@@ -97,6 +110,7 @@ class Recovery:
             for inst in self._mig.sweep(cp.carved_by_others()):
                 log.warning("mig_leftover_destroyed", gpu=inst.parent_uuid, gi_id=inst.gi_id, profile=inst.profile_name)
         self._sharing.restart_dead(cp)
+        return StartReport(tuple(reasons), fresh=result.fresh and not untrusted)
 
     def load(self) -> Checkpoint:
         """The checkpoint for a call; an untrusted one is rebuilt and saved first. Raises CheckpointTooNew."""

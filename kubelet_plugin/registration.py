@@ -25,7 +25,9 @@ SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 class RegistrationServicer(reg_grpc.RegistrationServicer):
     """``pluginregistration.Registration``."""
 
-    def __init__(self, driver: str, dra_endpoint: str) -> None:
+    def __init__(self, driver: str, dra_endpoint: str, *, extra_services: tuple[str, ...] = ()) -> None:
+        """``extra_services`` are advertised after the DRA services (the health stream's)."""
+        self._versions = [*SUPPORTED_VERSIONS, *extra_services]
         self._driver = driver
         self._endpoint = dra_endpoint
         self.registered = threading.Event()
@@ -35,7 +37,7 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         """Who we are: type, driver name, absolute DRA socket path, versions."""
         del request, context
         return reg.PluginInfo(
-            type=PLUGIN_TYPE, name=self._driver, endpoint=self._endpoint, supported_versions=list(SUPPORTED_VERSIONS)
+            type=PLUGIN_TYPE, name=self._driver, endpoint=self._endpoint, supported_versions=list(self._versions)
         )
 
     def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name

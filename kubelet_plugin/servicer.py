@@ -7,12 +7,20 @@ kubelet always gets an entry per claim. Claims prepared or unprepared are then h
 device status reporter (``kubelet_plugin.device_status``), which only queues them: the answer
 never waits for a status write, and the reporter hears when calls start and end, so that its
 writes wait for the calls to quiet down.
+
+Metrics (``CallMetrics``, ``dra_driver.obs.metrics.PluginMetrics``): each call's duration, the
+calls in flight, and each claim's result; the servicers are made with a ``MetricsSlot`` that
+``kubelet_plugin.main`` fills once prometheus_client is loaded, after the sockets serve. Without
+one (or while it is empty) a call pays one attribute read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 import structlog
@@ -32,6 +40,28 @@ PrepareResponse = v1.NodePrepareResourcesResponse | v1beta1.NodePrepareResources
 UnprepareResponse = v1.NodeUnprepareResourcesResponse | v1beta1.NodeUnprepareResourcesResponse
 
 
+class CallMetrics(Protocol):
+    """What the servicers report per call (``dra_driver.obs.metrics.PluginMetrics``)."""
+
+    def call_started(self, operation: str) -> None:
+        """A call of ``operation`` (prepare or unprepare) is being answered."""
+        ...
+
+    def call_finished(self, operation: str, api: str, seconds: float, claims: int, errors: Sequence[str]) -> None:
+        """A call answered ``claims`` claims in ``seconds``; ``errors``: the failed claims' messages."""
+        ...
+
+
+@dataclass(slots=True)
+class MetricsSlot:
+    """Where the servicers send call metrics; ``sink`` None: nowhere. Filled after the sockets serve.
+
+    Each call reads it once, so the start and the end of a call reach the same sink.
+    """
+
+    sink: CallMetrics | None = None
+
+
 def _refs(claims: Iterable[ClaimMessage]) -> list[ClaimRef]:
     return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
@@ -39,18 +69,39 @@ def _refs(claims: Iterable[ClaimMessage]) -> list[ClaimRef]:
 class _Dra:
     """The shared implementation of both API versions: answers go into the version's response."""
 
-    def __init__(self, state: DeviceState, version: str, status: DeviceStatusReporter | None) -> None:
+    def __init__(
+        self, state: DeviceState, version: str, status: DeviceStatusReporter | None, metrics: MetricsSlot | None = None
+    ) -> None:
         self._state = state
         self._version = version
         self._status = status
+        self._metrics = metrics
 
     def prepare(self, claims: Iterable[ClaimMessage], resp: PrepareResponse) -> None:
-        with self._call():
-            self._prepare(claims, resp)
+        self._observed("prepare", resp, lambda: self._prepare(claims, resp))
 
     def unprepare(self, claims: Iterable[ClaimMessage], resp: UnprepareResponse) -> None:
-        with self._call():
-            self._unprepare(claims, resp)
+        self._observed("unprepare", resp, lambda: self._unprepare(claims, resp))
+
+    def _observed(self, operation: str, resp: PrepareResponse | UnprepareResponse, answer: Callable[[], None]) -> None:
+        """``answer()`` the call, the status reporter told; timed and counted when metrics are on."""
+        metrics = self._metrics.sink if self._metrics is not None else None
+        if metrics is None:
+            with self._call():
+                answer()
+            return
+        metrics.call_started(operation)
+        start = time.perf_counter()
+        try:
+            with self._call():
+                answer()
+        finally:
+            seconds = time.perf_counter() - start
+            try:
+                errors = [c.error for c in resp.claims.values() if c.error]
+                metrics.call_finished(operation, self._version, seconds, len(resp.claims), errors)
+            except Exception:  # metrics never change the kubelet's answer
+                log.exception("metrics_failed", operation=operation, api=self._version)
 
     @contextmanager
     def _call(self) -> Iterator[None]:
@@ -116,8 +167,10 @@ class _Dra:
 class DraV1Servicer(v1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
 
-    def __init__(self, state: DeviceState, status: DeviceStatusReporter | None = None) -> None:
-        self._impl = _Dra(state, "v1", status)
+    def __init__(
+        self, state: DeviceState, status: DeviceStatusReporter | None = None, metrics: MetricsSlot | None = None
+    ) -> None:
+        self._impl = _Dra(state, "v1", status, metrics)
 
     def NodePrepareResources(  # noqa: N802 - gRPC name
         self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
@@ -139,8 +192,10 @@ class DraV1Servicer(v1_grpc.DRAPluginServicer):
 class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``."""
 
-    def __init__(self, state: DeviceState, status: DeviceStatusReporter | None = None) -> None:
-        self._impl = _Dra(state, "v1beta1", status)
+    def __init__(
+        self, state: DeviceState, status: DeviceStatusReporter | None = None, metrics: MetricsSlot | None = None
+    ) -> None:
+        self._impl = _Dra(state, "v1beta1", status, metrics)
 
     def NodePrepareResources(  # noqa: N802 - gRPC name
         self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
@@ -159,7 +214,12 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
         return resp
 
 
-def add_dra_services(server: grpc.Server, state: DeviceState, status: DeviceStatusReporter | None = None) -> None:
-    """Serve both DRA versions on ``server`` (the DRA socket); ``status`` reports device status (None: off)."""
-    v1_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(state, status), server)
-    v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(state, status), server)
+def add_dra_services(
+    server: grpc.Server, state: DeviceState, status: DeviceStatusReporter | None = None, metrics: MetricsSlot | None = None
+) -> None:
+    """Serve both DRA versions on ``server`` (the DRA socket).
+
+    ``status`` reports device status, ``metrics`` gets each call's metrics once filled (None: off).
+    """
+    v1_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(state, status, metrics), server)
+    v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(state, status, metrics), server)

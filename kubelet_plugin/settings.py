@@ -10,7 +10,14 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.appkit.flags import add_common_flags, check_common_flags, env
+from dra_driver.appkit.flags import (
+    DEFAULT_METRICS_ADDRESS,
+    add_common_flags,
+    add_metrics_flags,
+    check_common_flags,
+    check_metrics_flags,
+    env,
+)
 from dra_driver.core.mig import MigStrategy
 
 
@@ -38,6 +45,18 @@ class Settings:
     gc_interval_s: float = 600.0
     nvidia_bin_dir: Path = Path("/driver-root/usr/bin")
     device_status: bool = True
+    metrics_port: int = -1
+    """Prometheus /metrics port (``dra_driver.obs.metrics``), 0 = any, -1 = off (the flag's default: 9420)."""
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+    health: str = "auto"
+    """GPU health monitoring: ``auto`` (NVML, or the fault file with fake GPUs) or ``off``."""
+    health_evict: bool = False
+    """Fatal causes taint ``NoExecute`` (the controller-manager evicts the pods) instead of ``NoSchedule``."""
+    health_check_interval_s: float = 10.0
+    health_hold_s: float = 600.0
+    health_stream: bool = True
+    usage_interval_s: float = 10.0
+    """Seconds between per-claim utilization samples (0: off; nothing is sampled while metrics are off)."""
 
 
 def parse(argv: list[str] | None = None) -> Settings:
@@ -98,8 +117,15 @@ def parse(argv: list[str] | None = None) -> Settings:
         help="report prepared devices in their ResourceClaim's status.devices (needs the chart's "
         "deviceStatus RBAC) [DEVICE_STATUS]",
     )
+    _add_health_flags(p)
+    add_metrics_flags(p, "plugin")
     a = p.parse_args(argv)
     driver = check_common_flags(p, a)
+    check_metrics_flags(p, a)
+    if a.usage_interval < 0:
+        p.error(f"--usage-interval: {a.usage_interval} is negative")
+    if a.health_check_interval <= 0 or a.health_hold <= 0:
+        p.error("--health-check-interval and --health-hold must be positive")
     if a.gc_interval < 0:
         p.error(f"--gc-interval: {a.gc_interval} is negative")
     plugin_dir = Path(a.plugin_dir or f"/var/lib/kubelet/plugins/{driver}").absolute()
@@ -126,4 +152,51 @@ def parse(argv: list[str] | None = None) -> Settings:
         gc_interval_s=a.gc_interval,
         nvidia_bin_dir=Path(a.nvidia_bin_dir),
         device_status=a.device_status == "true",
+        metrics_port=a.metrics_port,
+        metrics_address=a.metrics_address,
+        health=a.health,
+        health_evict=a.health_evict == "true",
+        health_check_interval_s=a.health_check_interval,
+        health_hold_s=a.health_hold,
+        health_stream=a.health_stream == "true",
+        usage_interval_s=a.usage_interval,
+    )
+
+
+def _add_health_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--usage-interval",
+        type=float,
+        default=float(env("USAGE_INTERVAL", "10") or 10),
+        help="seconds between per-claim GPU utilization samples for /metrics, 0 = off [USAGE_INTERVAL]",
+    )
+    p.add_argument(
+        "--health",
+        default=env("HEALTH", "auto"),
+        choices=["auto", "off"],
+        help="GPU health monitoring: auto (NVML events and checks; the fault file with fake GPUs), off [HEALTH]",
+    )
+    p.add_argument(
+        "--health-evict",
+        default=env("HEALTH_EVICT", "false"),
+        choices=["true", "false"],
+        help="taint GPUs with a fatal cause NoExecute, so pods using them are evicted (else NoSchedule) [HEALTH_EVICT]",
+    )
+    p.add_argument(
+        "--health-check-interval",
+        type=float,
+        default=float(env("HEALTH_CHECK_INTERVAL", "10") or 10),
+        help="seconds between health checks (lost GPU, memory repair pending) [HEALTH_CHECK_INTERVAL]",
+    )
+    p.add_argument(
+        "--health-hold",
+        type=float,
+        default=float(env("HEALTH_HOLD", "600") or 600),
+        help="seconds an application or informational cause (effect None taint) stays without recurring [HEALTH_HOLD]",
+    )
+    p.add_argument(
+        "--health-stream",
+        default=env("HEALTH_STREAM", "true"),
+        choices=["true", "false"],
+        help="serve the kubelet's DRAResourceHealth stream (pod status shows device health) [HEALTH_STREAM]",
     )

@@ -57,7 +57,7 @@ from kubelet_plugin import gc
 from kubelet_plugin.faults import crash_point
 from kubelet_plugin.group_commit import GroupCommit
 from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.recovery import Recovery
+from kubelet_plugin.recovery import Recovery, StartReport
 from kubelet_plugin.requests import LOOKUP_BUDGET_S, ClaimLookups, ClaimReader, ClaimRef, Outcome, check_refs
 from kubelet_plugin.sharing_ops import SharingOps
 
@@ -134,8 +134,8 @@ class DeviceState:
         """Why this plugin refuses every call (a checkpoint from a newer dra-gpu), or None."""
         return self._refusal
 
-    def startup(self) -> None:
-        """Load the checkpoint once at start and recover (``kubelet_plugin.recovery``).
+    def startup(self) -> StartReport:
+        """Load the checkpoint once at start and recover (``kubelet_plugin.recovery``); say what it found.
 
         Never raises for any checkpoint state (no crash loop): a newer binary's checkpoint puts
         the plugin in refusing mode; an untrusted one is rebuilt without destroying anything.
@@ -144,9 +144,10 @@ class DeviceState:
             self._cdi.ensure_root()
             self._store.ensure_dir()
             try:
-                self._recovery.at_start()
+                return self._recovery.at_start()
             except CheckpointTooNew as err:
                 self._refuse(str(err))
+                return StartReport(("CheckpointTooNew",))
 
     def _refuse(self, why: str) -> None:
         self._refusal = f"this node's checkpoint cannot be used: {why}"
@@ -501,3 +502,11 @@ class DeviceState:
         """The checkpoint's claims (for status and tests)."""
         with self._locked():
             return self._store.load().checkpoint.claims
+
+    def prepared_snapshot(self) -> Mapping[str, ClaimEntry]:
+        """The claims as this process last saved or read them, without the lock or any I/O (the metrics' scrape).
+
+        Unlike ``prepared_claims`` it never waits for a call in flight, and it is one save behind at worst.
+        """
+        latest = self._store.latest()
+        return latest.claims if latest is not None else {}

@@ -2,7 +2,9 @@
 
 Parses flags (each also an env var), configures JSON logs, loads the TLS certificate (a bad
 one exits 1 at start), serves ``webhook.server`` until SIGTERM or SIGINT, then stops accepting
-and exits 0. The Helm chart runs it when ``webhook.enabled`` (templates/webhook-*.yaml).
+and exits 0. Prometheus metrics (``dra_driver.obs.metrics.WebhookMetrics``) are served over plain
+HTTP on ``--metrics-port`` (default 9422, -1 off); a port it cannot listen on exits 2. The Helm
+chart runs it when ``webhook.enabled`` (templates/webhook-*.yaml).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from pathlib import Path
 import structlog
 
 from dra_driver.appkit.daemon import run_daemon
-from dra_driver.appkit.flags import env
+from dra_driver.appkit.flags import DEFAULT_METRICS_ADDRESS, add_metrics_flags, check_metrics_flags, env
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
+from dra_driver.obs.metrics import MetricsPortError, MetricsServer, WebhookMetrics, new_registry, serve_metrics
 from webhook.admission import VALIDATE_PATH
 from webhook.server import TlsFiles, WebhookServer
 
@@ -37,6 +40,9 @@ class WebhookSettings:
     key_file: Path
     driver_name: str
     log_level: str
+    metrics_port: int = -1
+    """Prometheus /metrics port (plain HTTP), 0 = any, -1 = off (the flag's default: 9422)."""
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
 
 
 def parse(argv: list[str] | None = None) -> WebhookSettings:
@@ -61,7 +67,9 @@ def parse(argv: list[str] | None = None) -> WebhookSettings:
         help="DRA driver name whose configs to validate [DRIVER_NAME]",
     )
     p.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning, error [LOG_LEVEL]")
+    add_metrics_flags(p, "webhook")
     a = p.parse_args(argv)
+    check_metrics_flags(p, a)
     if not a.tls_cert_file or not a.tls_private_key_file:
         p.error("--tls-cert-file and --tls-private-key-file (or TLS_CERT_FILE and TLS_PRIVATE_KEY_FILE) are required")
     try:
@@ -83,20 +91,34 @@ def parse(argv: list[str] | None = None) -> WebhookSettings:
         key_file=Path(a.tls_private_key_file),
         driver_name=driver,
         log_level=a.log_level,
+        metrics_port=a.metrics_port,
+        metrics_address=a.metrics_address,
     )
 
 
 def serve(settings: WebhookSettings, stop: threading.Event) -> int:
-    """Serve until ``stop`` is set; return the exit code (1 when the certificate or port is unusable)."""
+    """Serve until ``stop`` is set; return the exit code (1 when the certificate or port is unusable, 2 the metrics port)."""
     try:
         tls = TlsFiles(settings.cert_file, settings.key_file)
     except (OSError, ssl.SSLError) as err:
         log.error("tls_certificate_unusable", error=str(err), cert_file=str(settings.cert_file), key_file=str(settings.key_file))
         return 1
+    metrics: WebhookMetrics | None = None
+    metrics_server: MetricsServer | None = None
+    if settings.metrics_port >= 0:
+        registry = new_registry()
+        metrics = WebhookMetrics(registry)
+        try:
+            metrics_server = serve_metrics(registry, settings.metrics_address, settings.metrics_port)
+        except MetricsPortError as err:
+            log.error("metrics_port_unavailable", error=str(err), address=settings.metrics_address, port=settings.metrics_port)
+            return 2
     try:
-        server = WebhookServer((settings.bind_address, settings.port), tls=tls, driver=settings.driver_name)
+        server = WebhookServer((settings.bind_address, settings.port), tls=tls, driver=settings.driver_name, metrics=metrics)
     except OSError as err:
         log.error("listen_failed", error=str(err), address=settings.bind_address, port=settings.port)
+        if metrics_server is not None:
+            metrics_server.stop(wait=False)
         return 1
     thread = threading.Thread(target=server.serve_forever, name="webhook-server", daemon=True)
     thread.start()
@@ -105,6 +127,8 @@ def serve(settings: WebhookSettings, stop: threading.Event) -> int:
     server.shutdown()  # stops accepting; in-flight requests finish in their own threads
     server.server_close()
     thread.join()
+    if metrics_server is not None:
+        metrics_server.stop(wait=False)
     return 0
 
 

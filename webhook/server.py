@@ -9,6 +9,10 @@ TLS: the certificate and key are files (a Secret volume in the chart). Each new 
 checks whether they changed (a rotated Secret is swapped in atomically by the kubelet) and,
 if so, loads them into a fresh context; a half-written pair keeps the old context and is
 logged. The handshake runs in the connection's thread, so a slow client cannot stall accepting.
+
+Metrics: every POST to the validate path is reported to ``metrics`` (a ``ReviewMetrics``,
+``dra_driver.obs.metrics.WebhookMetrics`` in ``webhook.main``) with the object's kind, the
+result (allowed, denied, or error for anything that got no verdict) and its duration.
 """
 
 from __future__ import annotations
@@ -21,11 +25,11 @@ import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
-from webhook.admission import VALIDATE_PATH, BadReview, review
+from webhook.admission import VALIDATE_PATH, BadReview, Verdict, review
 
 log = structlog.get_logger(__name__)
 
@@ -35,6 +39,14 @@ CONNECTION_TIMEOUT_S = 30.0
 """Handshake, read and idle keep-alive limit per connection."""
 RELOAD_CHECK_S = 5.0
 """How often, at most, the certificate files are checked for a change."""
+
+
+class ReviewMetrics(Protocol):
+    """What the server reports per review (``dra_driver.obs.metrics.WebhookMetrics``)."""
+
+    def reviewed(self, kind: str, result: str, seconds: float) -> None:
+        """One review answered: the object's kind ("" when unknown), allowed, denied or error, and its duration."""
+        ...
 
 
 class TlsFiles:
@@ -80,10 +92,11 @@ class WebhookServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, address: tuple[str, int], *, tls: TlsFiles, driver: str) -> None:
+    def __init__(self, address: tuple[str, int], *, tls: TlsFiles, driver: str, metrics: ReviewMetrics | None = None) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.tls = tls
         self.driver = driver
+        self.metrics = metrics
         super().__init__(address, _Handler)
 
     @property
@@ -152,45 +165,51 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # its body is unread: the connection cannot carry another request
             self._text(HTTPStatus.NOT_FOUND, f"no such path; POST {VALIDATE_PATH}")
             return
+        start = time.perf_counter()
+        verdict: Verdict | None = None
         try:
-            self._validate()
+            verdict = self._validate()
         except Exception:
             log.exception("admission_review_crashed")
             self.close_connection = True
             self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; see the webhook's log")
+        finally:
+            if self.server.metrics is not None:
+                self.server.metrics.reviewed(*_outcome(verdict), time.perf_counter() - start)
 
-    def _validate(self) -> None:
+    def _validate(self) -> Verdict | None:  # noqa: PLR0911 - one early answer per way a request is refused
+        """Read, review and answer the request; the verdict, or None when it got none (an error answered)."""
         media = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
         if media != "application/json":
             self.close_connection = True
             self._text(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"Content-Type must be application/json, got {media or 'none'!r}")
-            return
+            return None
         length_header = self.headers.get("Content-Length")
         if length_header is None or not length_header.isdigit():
             self.close_connection = True
             self._text(HTTPStatus.LENGTH_REQUIRED, "a Content-Length is required")
-            return
+            return None
         length = int(length_header)
         if length > MAX_BODY_BYTES:
             self.close_connection = True
             self._text(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body larger than {MAX_BODY_BYTES} bytes")
-            return
+            return None
         try:
             body = self.rfile.read(length)
         except OSError as err:  # a client that stalls or hangs up mid-body: nobody to answer
             log.warning("admission_review_unread", client=self.client_address[0], error=str(err))
             self.close_connection = True
-            return
+            return None
         if len(body) < length:
             log.warning("admission_review_truncated", client=self.client_address[0], expected=length, got=len(body))
             self.close_connection = True
-            return
+            return None
         try:
             verdict = review(body, self.server.driver)
         except BadReview as err:
             log.warning("bad_admission_review", client=self.client_address[0], error=str(err))
             self._text(HTTPStatus.BAD_REQUEST, str(err))
-            return
+            return None
         log.info(
             "admission_reviewed",
             uid=verdict.uid,
@@ -204,6 +223,14 @@ class _Handler(BaseHTTPRequestHandler):
             **({"warnings": list(verdict.warnings)} if verdict.warnings else {}),
         )
         self._reply(HTTPStatus.OK, _json(verdict.response()), "application/json")
+        return verdict
+
+
+def _outcome(verdict: Verdict | None) -> tuple[str, str]:
+    """The object's kind and the result of a review, as the metrics count it ("", "error" without a verdict)."""
+    if verdict is None:
+        return "", "error"
+    return verdict.subject.kind, "allowed" if verdict.allowed else "denied"
 
 
 def _json(obj: Any) -> bytes:

@@ -1,6 +1,7 @@
 """The flags both daemons take (node, driver, fake GPUs, kubeconfig, log level), each an env var too.
 
-Called by ``kubelet_plugin.settings`` and ``controller.main`` so the two never drift apart.
+Called by ``kubelet_plugin.settings`` and ``controller.main`` so the two never drift apart; the
+metrics flags (``add_metrics_flags``) by those two and ``webhook.main``.
 """
 
 from __future__ import annotations
@@ -71,3 +72,31 @@ def check_common_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> str
     if a.log_level.upper() not in logging.getLevelNamesMapping():
         p.error(f"--log-level: unknown level {a.log_level!r}")
     return driver
+
+
+METRICS_PORTS = {"plugin": 9420, "controller": 9421, "webhook": 9422}
+"""Each daemon's default metrics port: distinct, so daemons that share a host network never clash."""
+DEFAULT_METRICS_ADDRESS = "::"
+"""Every address, IPv4 too (``dra_driver.obs.metrics.serve_metrics`` falls back to 0.0.0.0 without IPv6)."""
+
+
+def add_metrics_flags(p: argparse.ArgumentParser, daemon: str) -> None:
+    """``--metrics-port`` [METRICS_PORT] (default ``METRICS_PORTS[daemon]``) and ``--metrics-address`` [METRICS_ADDRESS]."""
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=env("METRICS_PORT", str(METRICS_PORTS[daemon])),  # a string default goes through type=int too
+        help=f"port of the Prometheus /metrics server (plain HTTP), 0 = any free port, -1 = off "
+        f"(default {METRICS_PORTS[daemon]}) [METRICS_PORT]",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default=env("METRICS_ADDRESS", DEFAULT_METRICS_ADDRESS),
+        help=f"address of the /metrics server; '{DEFAULT_METRICS_ADDRESS}' is every address (default) [METRICS_ADDRESS]",
+    )
+
+
+def check_metrics_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """``p.error`` (exit 2) for a metrics port outside -1..65535."""
+    if not -1 <= a.metrics_port <= 65535:
+        p.error(f"--metrics-port: {a.metrics_port} is not a port number (0-65535, or -1 for off)")

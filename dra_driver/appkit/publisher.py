@@ -15,6 +15,9 @@ handed out whole. A server too old for counter slices (< 1.35), or one that drop
 from a write (its feature gate off: alpha and off by default in 1.34 and 1.35), gets no slice of
 the pool at all: what was written is deleted, the refusal is logged (``slice_pool_refused``),
 kept in ``last_error`` and passed once to ``on_refusal`` (the plugin turns it into a Node Event).
+
+``metrics`` (a ``PublisherMetricsHook``, ``dra_driver.obs.metrics.PublisherMetrics`` in the
+daemons) hears of every write, 409 conflict, dropped field and failed reconcile.
 """
 
 from __future__ import annotations
@@ -62,6 +65,26 @@ def _some(paths: list[str], shown: int = 3) -> str:
     """The first ``shown`` paths, and how many more."""
     more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
     return ", ".join(paths[:shown]) + more
+
+
+class PublisherMetricsHook(Protocol):
+    """What the publisher reports (``dra_driver.obs.metrics.PublisherMetrics``)."""
+
+    def slice_written(self, action: str) -> None:
+        """One ResourceSlice ``create``, ``update`` or ``delete`` was made."""
+        ...
+
+    def write_conflict(self) -> None:
+        """A write got 409 Conflict."""
+        ...
+
+    def fields_dropped(self, paths: list[str]) -> None:
+        """The server dropped these paths from one write."""
+        ...
+
+    def reconcile_failed(self) -> None:
+        """A reconcile pass raised."""
+        ...
 
 
 class SliceApi(Protocol):
@@ -155,9 +178,11 @@ class SlicePublisher:
         backoff_max_s: float = 30.0,
         debounce_s: float = 0.2,
         on_refusal: Callable[[str], None] | None = None,
+        metrics: PublisherMetricsHook | None = None,
     ) -> None:
         """``on_refusal`` is called once with the message when the pool is refused (see the module docstring)."""
         self._api = api
+        self._metrics = metrics
         self._on_refusal = on_refusal
         self._refused: str | None = None  # why the pool is not published; sticky for this process
         self._driver = driver
@@ -221,6 +246,10 @@ class SlicePublisher:
             except Exception as exc:
                 with self._lock:
                     self._error = f"{type(exc).__name__}: {exc}"
+                if self._metrics is not None:
+                    if isinstance(exc, ApiError) and exc.conflict:
+                        self._metrics.write_conflict()
+                    self._metrics.reconcile_failed()
                 raise
             return result
 
@@ -329,10 +358,12 @@ class SlicePublisher:
             self._delete(name)
         for obj in plan.create:
             self._check_stored("created", obj, self._api.create(obj))
+            self._count("create")
             if self._refused is not None:
                 return
         for obj in plan.update:
             self._check_stored("updated", obj, self._api.update(obj))
+            self._count("update")
             if self._refused is not None:
                 return
         for name in plan.delete:
@@ -344,10 +375,15 @@ class SlicePublisher:
         with self._lock:
             self._deleted.add(name)
         self._api.delete(name)
+        self._count("delete")
         with self._lock:
             self._sent.pop(name, None)
             self._dropped.pop(name, None)
         self._log.info("slice_deleted", slice=name)
+
+    def _count(self, action: str) -> None:
+        if self._metrics is not None:
+            self._metrics.slice_written(action)
 
     def _check_stored(self, action: str, sent: dict[str, Any], stored: dict[str, Any]) -> None:
         """Remember what was sent for the stored version; report fields the server dropped."""
@@ -371,6 +407,8 @@ class SlicePublisher:
         )
         if dropped:
             self._log.error("slice_fields_dropped", slice=name, fields=dropped, likely_cause=DROPPED_FIELDS_CAUSE)
+            if self._metrics is not None:
+                self._metrics.fields_dropped(dropped)
             refusing = sorted(f for f in dropped if _field(f) in REFUSED_WHEN_DROPPED)
             if refusing:
                 gate, effect = REFUSED_WHEN_DROPPED[_field(refusing[0])]

@@ -87,6 +87,8 @@ class CheckpointStore:
         self.prev = directory / "checkpoint.prev.json"
         self._known: tuple[tuple[int, ...], Checkpoint] | None = None
         """The newest generation as this process last wrote or read it, with the file's identity then."""
+        self._latest: Checkpoint | None = None
+        """The newest generation this process last saved or read and trusted (``latest``)."""
         self.sync = BackgroundSync()
         """Fsyncs each write shortly after it (``dra_driver.files.background_sync``)."""
 
@@ -103,6 +105,7 @@ class CheckpointStore:
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def _remember(self, cp: Checkpoint) -> None:
+        self._latest = cp
         ident = self._identity()
         self._known = None if ident is None else (ident, cp)
 
@@ -130,6 +133,14 @@ class CheckpointStore:
             raise
         except CheckpointError as err:
             return None, str(err)
+
+    def latest(self) -> Checkpoint | None:
+        """The checkpoint this process last saved or read and trusted, without the lock or any I/O; None before.
+
+        For observers off the prepare path (the plugin's metrics): one save behind at worst, and
+        blind to another plugin pod's writes until this process reads the file again.
+        """
+        return self._latest
 
     def ensure_dir(self) -> None:
         """Create the directory (owner-only) and drop temp files a killed writer left; once, at start.

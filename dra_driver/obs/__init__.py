@@ -1,1 +1,1 @@
-"""Observability setup shared by the apps: structured logging."""
+"""Observability shared by the apps: structured logging (``logs``) and Prometheus metrics (``metrics``, ``claim_errors``)."""

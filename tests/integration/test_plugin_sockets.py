@@ -39,7 +39,10 @@ def test_registration_info_names_the_dra_socket_and_versions(plugin: PluginProce
     """GetInfo: type DRAPlugin, our driver, the absolute DRA socket, v1 listed before v1beta1."""
     info = plugin.get_info()
     assert ("DRAPlugin", DRIVER, str(plugin.dra_socket)) == (info.type, info.name, info.endpoint)
-    assert ["v1.DRAPlugin", "v1beta1.DRAPlugin"] == list(info.supported_versions)
+    # The DRA services first (the kubelet takes the first it supports), then the health stream's.
+    assert ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"] == list(
+        info.supported_versions
+    )
     plugin.notify(True)
     plugin.notify(False, "test rejection")
     events = [e["event"] for e in plugin.logs()]

@@ -344,6 +344,8 @@ def test_controller_app_publishes_and_exits_zero_on_sigterm(cluster: LocalCluste
         "NODE_NAME": node,
         "FAKE_GPUS": "l4x4",
         "KUBECONFIG": str(cluster.kubeconfig),
+        "METRICS_PORT": "0",  # any free port: not the host's 9421, which another run may hold
+        "METRICS_ADDRESS": "127.0.0.1",
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "controller.main", "--log-level", "debug"],

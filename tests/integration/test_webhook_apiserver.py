@@ -129,6 +129,7 @@ def start_webhook(tmp: Path, cert: Path, key: Path, ca: Path, server_name: str =
     log = tmp / f"webhook-{port}.log"
     argv = [sys.executable, "-m", "webhook.main", "--bind-address", "127.0.0.1", "--port", str(port)]
     argv += ["--tls-cert-file", str(cert), "--tls-private-key-file", str(key), "--driver-name", DRIVER, "--log-level", "debug"]
+    argv += ["--metrics-port", "0", "--metrics-address", "127.0.0.1"]  # webhooks of several tests may run at once
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
     ctx = ssl.create_default_context(cafile=str(ca))
@@ -352,8 +353,9 @@ def test_each_review_is_logged_as_json(registered: Registered) -> None:
 
 def test_chart_renders_nothing_of_the_webhook_by_default(helm: Helm) -> None:
     """Off unless webhook.enabled."""
-    kinds = {d["kind"] for d in helm.template()}
-    assert not kinds & {"ValidatingWebhookConfiguration", "Service", "Secret"}
+    objects = {(d["kind"], d["metadata"].get("labels", {}).get("app.kubernetes.io/component")) for d in helm.template()}
+    assert not {kind for kind, _ in objects} & {"ValidatingWebhookConfiguration", "Secret"}
+    assert not {component for _, component in objects} & {"webhook"}  # the plugin's metrics Service is not the webhook's
 
 
 def test_chart_with_the_webhook_lints_strict_and_its_values_are_checked(helm: Helm) -> None:
@@ -405,7 +407,8 @@ def test_chart_webhook_objects_are_accepted_by_the_api_server(helm: Helm, apiser
     pod = objs["Deployment/dra-gpu-webhook"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert ["dra-gpu-webhook"] == container["command"]
-    assert {"PORT", "TLS_CERT_FILE", "TLS_PRIVATE_KEY_FILE", "DRIVER_NAME", "LOG_LEVEL"} == {e["name"] for e in container["env"]}
+    env = {"PORT", "TLS_CERT_FILE", "TLS_PRIVATE_KEY_FILE", "DRIVER_NAME", "LOG_LEVEL", "METRICS_PORT"}
+    assert env == {e["name"] for e in container["env"]}
     assert (True, False) == (pod["securityContext"]["runAsNonRoot"], pod["automountServiceAccountToken"])
 
 

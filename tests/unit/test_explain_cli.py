@@ -186,3 +186,28 @@ def test_a_slice_with_more_devices_than_the_api_allows_is_refused(
     f.write_text(yaml.safe_dump_all(slices))
     assert cli(["explain", "-f", str(DEMO / "gpu-no-mig.yaml"), "--slices", str(f)]) == 2
     assert "ResourceSlice node-a-gpu.dra-gpu.dev-000: spec.devices: 129 items, at most 128 allowed" in capsys.readouterr().err
+
+
+def test_a_gpu_tainted_by_health_is_skipped_with_the_taint_as_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the plugin publishes for a GPU with a fatal XID (``kubelet_plugin.health_taints``) explains itself."""
+    from dra_driver.appkit.inventory import node_publication
+    from dra_driver.core.health import HealthBook, HealthEvent, TaintPolicy, record_event, tainted_devices
+    from dra_driver.core.mig import MigStrategy
+    from dra_driver.core.slices import slice_objects, split_pool
+    from dra_driver.sources.fake import FakeGpuSource
+
+    gpus = FakeGpuSource("h100x8", "node-a").gpus()
+    pub = node_publication(gpus, MigStrategy.NONE, None)
+    book = record_event(HealthBook(), HealthEvent(gpus[0].uuid, "xid", 1.0, 79))
+    devices = tainted_devices(pub.devices, pub.targets, book, DRIVER, TaintPolicy(evict_fatal=True))
+    objs = slice_objects(driver=DRIVER, node_name="node-a", contents=split_pool(devices), generation=1, node_uid=None)
+    f = tmp_path / "slices.yaml"
+    f.write_text(yaml.safe_dump_all(objs, sort_keys=False))
+    rc = cli(["explain", "-f", str(DEMO / "gpu-40gi.yaml"), "--slices", str(f), "-o", "json"])
+    [entry] = json.loads(capsys.readouterr().out)["requests"]
+    assert rc == 0 and entry["devices"] == ["node-a/gpu-1"]  # the next GPU, not the failed one
+    (gpu0,) = [c for c in entry["candidates"] if c["device"] == "node-a/gpu-0"]
+    assert gpu0["verdict"] == "unavailable"
+    assert f"taint {DRIVER}/xid=79:NoExecute is not tolerated" in gpu0["detail"]

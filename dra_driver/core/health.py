@@ -1,0 +1,475 @@
+"""GPU health, pure: what an NVML event or check means, and which taints and kubelet statuses follow.
+
+The health sources (``dra_driver.sources.nvml_health`` on GPU nodes, ``dra_driver.sources.fake_health``
+with fake GPUs) turn NVML's events and periodic checks into ``HealthEvent`` and ``GpuCheck``; the
+plugin's monitor (``kubelet_plugin.health_monitor``) folds them into a ``HealthBook`` with the
+functions here, persists it (``to_json``/``from_json``), publishes ``tainted_devices`` and streams
+``device_health`` to the kubelet. MIG devices and shares inherit their GPU's conditions: every
+published device names its GPU (``DeviceTarget.gpu``).
+
+Severity decides the taint effect and the kubelet status:
+
+* ``fatal``: the GPU cannot be trusted until it is reset or repaired (double-bit ECC, fallen off
+  the bus, GSP errors, ...). ``NoExecute`` when eviction is on (the chart's ``health.evict``), else
+  ``NoSchedule``; the kubelet sees the device Unhealthy.
+* ``degraded``: running pods may go on, nothing new should land (a memory repair pending a reset, an
+  XID nobody classified). ``NoSchedule``; Unhealthy.
+* ``application`` / ``informational``: the application caused it, or it is only worth knowing (a
+  user's page fault, a high single-bit ECC rate). Effect ``None`` (Kubernetes >= 1.35; left out on
+  older servers); Healthy, with the cause in the message.
+
+How a condition clears (``Clears``): ``repair`` conditions stay until the GPU is reset (the fake
+GPUs' ``recover``), an administrator says it is repaired (``dra-gpu health repair``), or the node
+reboots; ``check`` conditions clear when the periodic check no longer sees them; ``hold``
+conditions clear after ``hold_s`` without a recurrence. An XID nobody classified is ``degraded``
+(logged by the monitor): never ignored, never a reason to evict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, Literal, Protocol
+
+from dra_driver.core.mig_publish import DeviceTarget
+from dra_driver.core.schema import DeviceSpec
+
+
+class Severity(StrEnum):
+    """How bad a condition is; see the module docstring."""
+
+    FATAL = "fatal"
+    DEGRADED = "degraded"
+    APPLICATION = "application"
+    INFORMATIONAL = "informational"
+
+
+class Clears(StrEnum):
+    """What ends a condition; see the module docstring."""
+
+    REPAIR = "repair"
+    CHECK = "check"
+    HOLD = "hold"
+
+
+_RANK = {Severity.INFORMATIONAL: 0, Severity.APPLICATION: 1, Severity.DEGRADED: 2, Severity.FATAL: 3}
+UNHEALTHY = frozenset({Severity.FATAL, Severity.DEGRADED})
+
+# NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors), by its immediate-action bucket:
+# RESTART_APP -> application; RESET_GPU / RESTART_BM / drain workflows -> fatal; IGNORE -> informational.
+_APP = Severity.APPLICATION
+_FATAL = Severity.FATAL
+XID_CLASSES: dict[int, tuple[Severity, str]] = {
+    8: (_APP, "GPU stopped processing (channel idle timeout)"),
+    13: (_APP, "graphics engine exception"),
+    31: (_APP, "GPU memory page fault"),
+    32: (_APP, "invalid or corrupted push buffer stream"),
+    43: (_APP, "GPU stopped processing"),
+    45: (_APP, "preemptive cleanup after previous errors"),
+    68: (_APP, "video decoder exception"),
+    69: (_APP, "graphics engine class error"),
+    94: (_APP, "contained ECC error (the application was stopped)"),
+    109: (_APP, "context switch timeout"),
+    63: (Severity.INFORMATIONAL, "ECC page retirement or row remapping recorded"),
+    92: (Severity.INFORMATIONAL, "high single-bit ECC error rate"),
+    48: (_FATAL, "double-bit ECC error"),
+    61: (_FATAL, "internal micro-controller breakpoint"),
+    62: (_FATAL, "internal micro-controller halt"),
+    64: (_FATAL, "ECC page retirement or row remapping failed"),
+    74: (_FATAL, "NVLink error"),
+    79: (_FATAL, "GPU has fallen off the bus"),
+    95: (_FATAL, "uncontained ECC error"),
+    119: (_FATAL, "GSP RPC timeout"),
+    120: (_FATAL, "GSP error"),
+    140: (_FATAL, "unrecovered ECC error"),
+    143: (_FATAL, "GPU initialization failure"),
+    144: (_FATAL, "NVLink SAW error"),
+    145: (_FATAL, "NVLink RLW error"),
+    146: (_FATAL, "NVLink TLW error"),
+    147: (_FATAL, "NVLink TREX error"),
+    148: (_FATAL, "NVLink NVLPW_CTRL error"),
+    149: (_FATAL, "NVLink NETIR error"),
+    150: (_FATAL, "NVLink MSE error"),
+    154: (Severity.DEGRADED, "GPU recovery action changed (the driver asks for a reset or drain)"),
+}
+MAX_XID = 1 << 16
+"""XIDs are small numbers; anything larger is refused as input (a source bug or a bad fault request)."""
+
+# Taint keys (``<driver>/<key>``) and the fixed vocabulary of their values.
+KEY_XID = "xid"
+KEY_ECC = "ecc"
+KEY_GPU_LOST = "gpu-lost"
+KEY_MEMORY_REPAIR = "memory-repair"
+KEY_UNMONITORED = "unmonitored"
+KEY_HEALTH_RECORD = "health-record"
+
+EventKind = Literal["xid", "double-bit-ecc", "gpu-lost", "gpu-reset"]
+EVENT_KINDS: tuple[str, ...] = ("xid", "double-bit-ecc", "gpu-lost", "gpu-reset")
+
+MAX_MESSAGE = 1024  # the kubelet truncates a health message beyond this
+MAX_CONDITIONS_PER_GPU = 16  # the API's limit of taints per device (since 1.35)
+MAX_GPUS = 64
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HealthEvent:
+    """One thing that happened to a GPU, as a health source saw it."""
+
+    gpu_uuid: str
+    kind: str
+    """One of ``EVENT_KINDS``."""
+    at: float
+    """Unix seconds."""
+    xid: int | None = None
+    detail: str = ""
+    """Free text from the source (NVML's words, the MIG instance), kept in the message."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCheck:
+    """What one periodic check saw on one GPU."""
+
+    lost: bool = False
+    """NVML answers GPU_IS_LOST (or the device is gone)."""
+    retirement_pending: bool = False
+    """Retired pages wait for a reset to take effect."""
+    remap_pending: bool = False
+    """Remapped rows wait for a reset to take effect."""
+    remap_failed: bool = False
+    """Row remapping failed: the memory cannot be repaired."""
+    error: str = ""
+    """The check itself failed (NVML error): the GPU is not monitored."""
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One reason a GPU is not (fully) healthy: a taint ``<driver>/<key>=<value>`` while it lasts."""
+
+    key: str
+    value: str
+    severity: Severity
+    clears: Clears
+    since: float
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The persisted form."""
+        return {
+            "key": self.key,
+            "value": self.value,
+            "severity": self.severity.value,
+            "clears": self.clears.value,
+            "since": self.since,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HealthBook:
+    """Every GPU's conditions, by GPU UUID. Immutable: each change returns a new book."""
+
+    conditions: Mapping[str, tuple[Condition, ...]] = field(default_factory=dict)
+
+    def of(self, gpu_uuid: str) -> tuple[Condition, ...]:
+        """The GPU's conditions (none: healthy)."""
+        return self.conditions.get(gpu_uuid, ())
+
+    def with_conditions(self, gpu_uuid: str, conds: Iterable[Condition]) -> HealthBook:
+        """The book with ``gpu_uuid``'s conditions replaced (sorted by key; none removes the GPU)."""
+        out = dict(self.conditions)
+        kept = tuple(sorted(conds, key=lambda c: c.key))
+        if kept:
+            out[gpu_uuid] = kept
+        else:
+            out.pop(gpu_uuid, None)
+        return HealthBook(out)
+
+
+@dataclass(frozen=True, slots=True)
+class TaintPolicy:
+    """What the cluster allows: eviction of pods on fatal causes, and the ``None`` effect (1.35+)."""
+
+    evict_fatal: bool = False
+    effect_none: bool = True
+
+
+def classify_xid(xid: int) -> tuple[Severity, str, bool]:
+    """(severity, description, known) of an XID; an unknown one is degraded, never ignored."""
+    known = XID_CLASSES.get(xid)
+    if known is not None:
+        return known[0], known[1], True
+    return Severity.DEGRADED, "XID not in the catalog this driver knows: treated as degraded until repaired", False
+
+
+def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def condition_for(event: HealthEvent) -> Condition | None:
+    """The condition an event raises; None for a reset (which clears, see ``record_event``).
+
+    Raises ValueError for an event a source should never produce (unknown kind, missing or absurd XID).
+    """
+    detail = f" ({event.detail})" if event.detail else ""
+    if event.kind == "xid":
+        if event.xid is None or not 0 <= event.xid < MAX_XID:
+            raise ValueError(f"XID event on {event.gpu_uuid} without a valid XID number: {event.xid!r}")
+        severity, what, _ = classify_xid(event.xid)
+        clears = Clears.HOLD if severity in (Severity.APPLICATION, Severity.INFORMATIONAL) else Clears.REPAIR
+        return Condition(KEY_XID, str(event.xid), severity, clears, event.at, _clip(f"XID {event.xid}: {what}{detail}"))
+    if event.kind == "double-bit-ecc":
+        msg = _clip(f"double-bit ECC error{detail}")
+        return Condition(KEY_ECC, "double-bit", Severity.FATAL, Clears.REPAIR, event.at, msg)
+    if event.kind == "gpu-lost":
+        msg = _clip(f"GPU lost{detail}")
+        return Condition(KEY_GPU_LOST, "lost", Severity.FATAL, Clears.REPAIR, event.at, msg)
+    if event.kind == "gpu-reset":
+        return None
+    raise ValueError(f"unknown health event kind {event.kind!r}; known: {', '.join(EVENT_KINDS)}")
+
+
+def _merge(old: Condition | None, new: Condition) -> Condition:
+    """One condition per key: the more severe wins; at equal severity the newer (its first time kept)."""
+    if old is None:
+        return new
+    if _RANK[new.severity] > _RANK[old.severity]:
+        return new
+    if _RANK[new.severity] < _RANK[old.severity]:
+        return old
+    stricter = old.clears if old.clears is Clears.REPAIR else new.clears
+    return replace(new, clears=stricter, since=min(old.since, new.since) if new.value == old.value else new.since)
+
+
+def record_event(book: HealthBook, event: HealthEvent) -> HealthBook:
+    """Fold one event in. A reset clears everything but what the checks see (they decide on those)."""
+    current = {c.key: c for c in book.of(event.gpu_uuid)}
+    cond = condition_for(event)
+    if cond is None:
+        return book.with_conditions(event.gpu_uuid, [c for c in current.values() if c.clears is Clears.CHECK])
+    current[cond.key] = _merge(current.get(cond.key), cond)
+    if len(current) > MAX_CONDITIONS_PER_GPU:  # cannot happen with the fixed keys; bounded anyway
+        return book
+    return book.with_conditions(event.gpu_uuid, current.values())
+
+
+def check_conditions(check: GpuCheck, at: float) -> list[Condition]:
+    """The conditions one check sees on a GPU (the ``check`` kind: they clear when no longer seen)."""
+    out: list[Condition] = []
+    if check.lost:
+        out.append(Condition(KEY_GPU_LOST, "lost", Severity.FATAL, Clears.CHECK, at, "GPU lost: NVML cannot reach it"))
+    if check.remap_failed:
+        msg = "row remapping failed: the GPU's memory cannot be repaired"
+        out.append(Condition(KEY_MEMORY_REPAIR, "remap-failed", Severity.FATAL, Clears.CHECK, at, msg))
+    elif check.remap_pending or check.retirement_pending:
+        value = "remap-pending" if check.remap_pending else "retirement-pending"
+        msg = "memory repair recorded, waiting for a GPU reset (drain the GPU, then reset it)"
+        out.append(Condition(KEY_MEMORY_REPAIR, value, Severity.DEGRADED, Clears.CHECK, at, msg))
+    if check.error:
+        msg = _clip(f"health check failed, the GPU is not monitored: {check.error}")
+        out.append(Condition(KEY_UNMONITORED, "check-failed", Severity.INFORMATIONAL, Clears.CHECK, at, msg))
+    return out
+
+
+def record_check(book: HealthBook, gpu_uuid: str, check: GpuCheck, at: float) -> HealthBook:
+    """Replace the GPU's ``check`` conditions with what this check saw (keeping their first time)."""
+    current = book.of(gpu_uuid)
+    previous = {c.key: c for c in current if c.clears is Clears.CHECK}
+    seen = []
+    for c in check_conditions(check, at):
+        old = previous.get(c.key)
+        seen.append(replace(c, since=old.since) if old is not None and old.value == c.value else c)
+    seen_keys = {c.key for c in seen}
+    others = [c for c in current if c.clears is not Clears.CHECK and not (c.key in seen_keys and _outranked(c, seen))]
+    merged = {c.key: c for c in others}
+    for c in seen:
+        merged[c.key] = _merge(merged.get(c.key), c) if c.key in merged else c
+    return book.with_conditions(gpu_uuid, merged.values())
+
+
+def _outranked(c: Condition, seen: Sequence[Condition]) -> bool:
+    return any(s.key == c.key and _RANK[s.severity] > _RANK[c.severity] for s in seen)
+
+
+def repair(book: HealthBook, gpu_uuid: str, at: float) -> tuple[HealthBook, list[Condition]]:
+    """An administrator says the GPU is repaired as of ``at``: clear what was raised until then.
+
+    ``check`` conditions stay (a repair cannot make a lost GPU answer; the next check decides).
+    Returns the new book and the conditions cleared.
+    """
+    cleared = [c for c in book.of(gpu_uuid) if c.clears is not Clears.CHECK and c.since <= at]
+    kept = [c for c in book.of(gpu_uuid) if c not in cleared]
+    return book.with_conditions(gpu_uuid, kept), cleared
+
+
+def expire(book: HealthBook, now: float, hold_s: float) -> HealthBook:
+    """Drop ``hold`` conditions older than ``hold_s``."""
+    out = book
+    for uuid, conds in book.conditions.items():
+        kept = [c for c in conds if not (c.clears is Clears.HOLD and now - c.since >= hold_s)]
+        if len(kept) != len(conds):
+            out = out.with_conditions(uuid, kept)
+    return out
+
+
+def next_expiry(book: HealthBook, hold_s: float) -> float | None:
+    """When the next ``hold`` condition expires (None: none will)."""
+    times = [c.since + hold_s for conds in book.conditions.values() for c in conds if c.clears is Clears.HOLD]
+    return min(times) if times else None
+
+
+def taint_effect(severity: Severity, policy: TaintPolicy) -> str | None:
+    """The taint effect of a severity under ``policy`` (None: no taint)."""
+    if severity is Severity.FATAL:
+        return "NoExecute" if policy.evict_fatal else "NoSchedule"
+    if severity is Severity.DEGRADED:
+        return "NoSchedule"
+    return "None" if policy.effect_none else None
+
+
+def taints_for(conds: Sequence[Condition], driver: str, policy: TaintPolicy) -> list[dict[str, str]]:
+    """The device taints of a GPU's conditions, sorted by key (at most one per key)."""
+    out = []
+    for c in sorted(conds, key=lambda c: c.key):
+        effect = taint_effect(c.severity, policy)
+        if effect is not None:
+            out.append({"key": f"{driver}/{c.key}", "value": c.value, "effect": effect})
+    return out
+
+
+def tainted_devices(
+    devices: Sequence[DeviceSpec],
+    targets: Mapping[str, DeviceTarget],
+    book: HealthBook,
+    driver: str,
+    policy: TaintPolicy,
+) -> list[DeviceSpec]:
+    """The node's devices with their GPU's taints: the GPU, each MIG placement and share on it."""
+    out = []
+    for dev in devices:
+        target = targets.get(dev.name)
+        conds = book.of(target.gpu.uuid) if target is not None else ()
+        taints = taints_for(conds, driver, policy) if conds else []
+        out.append(replace(dev, extra={**dev.extra, "taints": taints}) if taints else dev)
+    return out
+
+
+def is_unhealthy(conds: Sequence[Condition]) -> bool:
+    """True when any condition makes the device Unhealthy for the kubelet."""
+    return any(c.severity in UNHEALTHY for c in conds)
+
+
+def health_message(conds: Sequence[Condition]) -> str:
+    """The conditions in words, most severe first (empty when healthy), at most 1024 characters."""
+    ordered = sorted(conds, key=lambda c: (-_RANK[c.severity], c.key))
+    return _clip("; ".join(f"{c.severity.value}: {c.message}" for c in ordered))
+
+
+class HealthSource(Protocol):
+    """Where health comes from (``dra_driver.sources.nvml_health``, ``dra_driver.sources.fake_health``).
+
+    Read-only towards the GPUs. Called from the plugin's health monitor thread only.
+    """
+
+    name: str
+    """Short and stable (``nvml``, ``fake``): the key of this source's position in the record."""
+
+    def resume(self, position: int) -> None:
+        """Skip what was consumed before a restart (``position`` as ``position()`` returned it)."""
+        ...
+
+    def position(self) -> int:
+        """How far events were consumed (a source without a replayable log returns 0)."""
+        ...
+
+    def events(self, timeout_s: float) -> list[HealthEvent]:
+        """Wait up to ``timeout_s`` for events; return the new ones (possibly none).
+
+        Never raises for one bad event: it is logged and skipped.
+        """
+        ...
+
+    def check(self, gpu_uuids: Sequence[str]) -> dict[str, GpuCheck]:
+        """A periodic check of each GPU (a GPU left out was not checked this time)."""
+        ...
+
+    def close(self) -> None:
+        """Release NVML event sets, files."""
+        ...
+
+
+# -- the persisted record ---------------------------------------------------------------------
+
+
+class HealthRecordError(ValueError):
+    """The persisted health record cannot be read; the message says what is wrong."""
+
+
+def to_json(book: HealthBook, boot_id: str, consumed: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The record ``health.json`` holds: the book, the boot it belongs to, and how far sources were read."""
+    return {
+        "version": RECORD_VERSION,
+        "bootID": boot_id,
+        "consumed": dict(sorted((consumed or {}).items())),
+        "gpus": {uuid: [c.to_json() for c in conds] for uuid, conds in sorted(book.conditions.items())},
+    }
+
+
+def _condition(raw: Any, where: str) -> Condition:
+    if not isinstance(raw, dict):
+        raise HealthRecordError(f"{where}: not an object")
+    try:
+        key, value, message = raw["key"], raw["value"], raw["message"]
+        since = raw["since"]
+        severity, clears = Severity(raw["severity"]), Clears(raw["clears"])
+    except (KeyError, ValueError, TypeError) as err:
+        raise HealthRecordError(f"{where}: {type(err).__name__}: {err}") from None
+    if not (isinstance(key, str) and re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", key)):
+        raise HealthRecordError(f"{where}: key {key!r} is not a taint key name")
+    if not (isinstance(value, str) and _LABEL_VALUE.match(value)):
+        raise HealthRecordError(f"{where}: value {value!r} is not a label value")
+    if not isinstance(message, str) or len(message) > MAX_MESSAGE:
+        raise HealthRecordError(f"{where}: message is not a string of at most {MAX_MESSAGE} characters")
+    if isinstance(since, bool) or not isinstance(since, (int, float)) or not 0 <= since < 1e11:
+        raise HealthRecordError(f"{where}: since {since!r} is not a Unix time")
+    return Condition(key, value, severity, clears, float(since), message)
+
+
+def from_json(raw: Any) -> tuple[HealthBook, str, dict[str, int]]:
+    """(book, boot id, consumed) from a record; raises HealthRecordError naming what is wrong."""
+    if not isinstance(raw, dict):
+        raise HealthRecordError("the record is not a JSON object")
+    if raw.get("version") != RECORD_VERSION:
+        raise HealthRecordError(f"unknown record version {raw.get('version')!r} (this driver writes {RECORD_VERSION})")
+    boot_id, gpus, consumed = raw.get("bootID"), raw.get("gpus"), raw.get("consumed", {})
+    if not isinstance(boot_id, str) or not isinstance(gpus, dict) or not isinstance(consumed, dict):
+        raise HealthRecordError("bootID, gpus or consumed has the wrong type")
+    if len(gpus) > MAX_GPUS or len(consumed) > 16:
+        raise HealthRecordError(f"more than {MAX_GPUS} GPUs or 16 sources in the record")
+    if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in consumed.items()):
+        raise HealthRecordError("consumed must map source names to integers")
+    book = HealthBook()
+    for uuid, conds in gpus.items():
+        if not isinstance(uuid, str) or not isinstance(conds, list) or len(conds) > MAX_CONDITIONS_PER_GPU:
+            raise HealthRecordError(f"GPU {str(uuid)[:80]!r}: conditions must be a list of at most {MAX_CONDITIONS_PER_GPU}")
+        parsed = [_condition(c, f"GPU {uuid} condition {i}") for i, c in enumerate(conds)]
+        if len({c.key for c in parsed}) != len(parsed):
+            raise HealthRecordError(f"GPU {uuid}: two conditions with one key")
+        book = book.with_conditions(uuid, parsed)
+    return book, boot_id, dict(consumed)
+
+
+def unreadable_record_book(gpu_uuids: Iterable[str], at: float, why: str) -> HealthBook:
+    """Fail closed when the record is lost: every GPU degraded until repaired (a fatal cause may hide there)."""
+    msg = _clip(f"the health record could not be read ({why}): repair each GPU once checked (dra-gpu health repair)")
+    cond = Condition(KEY_HEALTH_RECORD, "unreadable", Severity.DEGRADED, Clears.REPAIR, at, msg)
+    return HealthBook({u: (cond,) for u in gpu_uuids})
+
+
+def dumps(book: HealthBook, boot_id: str, consumed: Mapping[str, int] | None = None) -> bytes:
+    """``to_json`` as the bytes written to disk."""
+    return (json.dumps(to_json(book, boot_id, consumed), indent=1, sort_keys=True) + "\n").encode()

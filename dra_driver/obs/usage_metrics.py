@@ -1,0 +1,110 @@
+"""Per-claim GPU usage as Prometheus metrics: a collector over the usage sampler's latest snapshot.
+
+Registered by ``kubelet_plugin.main`` on the plugin's registry (``dra_driver.obs.metrics``) with
+``register_usage_collector``; the rows come from ``kubelet_plugin.usage.UsageSampler.snapshot``.
+Everything is computed at scrape time from that immutable snapshot: no metric object per sample,
+no lock, no I/O, and a device no longer prepared is simply absent from the next scrape.
+
+Metrics (gauges), labels ``namespace, claim, node, device, pod`` (``pod``: the claim's pods from its
+``status.reservedFor``, comma-separated and sorted; empty until the plugin has read the claim,
+e.g. right after a plugin restart):
+
+* ``dra_gpu_claim_gpu_utilization_ratio``: 0..1; absent while the source cannot tell (a MIG
+  device on a real GPU, a read error);
+* ``dra_gpu_claim_memory_used_bytes``: device memory in use (the MIG device's own); absent when unknown;
+* ``dra_gpu_claim_idle_seconds``: how long the device has been idle, 0 while busy or unknown
+  (the chart's ``DraGpuAllocatedIdle`` alert: ``min by (namespace, claim)`` of it);
+* ``dra_gpu_claim_process_gpu_utilization_ratio`` and ``dra_gpu_claim_process_memory_used_bytes``,
+  with a ``pid`` label: per process, only where the source gives it (shared GPUs on NVML). On a
+  shared GPU the processes are the whole GPU's, not the claim's alone.
+
+``namespace`` and ``pod`` name the claim's, not the plugin's: a scrape that attaches the target's
+own ``namespace``/``pod`` labels (the Prometheus Operator's ServiceMonitor does) must honor the
+exposed labels (``honorLabels: true``), or Prometheus renames these to ``exported_namespace`` and
+``exported_pod`` and the chart's alert groups by the plugin's namespace. With ``honorLabels`` an
+empty ``pod`` stays absent (Prometheus drops empty labels after the merge, so the plugin pod's
+name is not put in its place).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import structlog
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from dra_driver.core.usage import UsageRow, UsageSnapshot
+
+log = structlog.get_logger(__name__)
+
+LABELS = ("namespace", "claim", "node", "device", "pod")
+PROCESS_LABELS = (*LABELS, "pid")
+
+UTILIZATION = "dra_gpu_claim_gpu_utilization_ratio"
+MEMORY = "dra_gpu_claim_memory_used_bytes"
+IDLE = "dra_gpu_claim_idle_seconds"
+PROCESS_UTILIZATION = "dra_gpu_claim_process_gpu_utilization_ratio"
+PROCESS_MEMORY = "dra_gpu_claim_process_memory_used_bytes"
+
+
+class UsageCollector(Collector):
+    """The per-claim usage gauges, built from ``snapshot()`` when scraped."""
+
+    def __init__(self, snapshot: Callable[[], UsageSnapshot], node: str) -> None:
+        self._snapshot = snapshot
+        self._node = node
+
+    def describe(self) -> Iterator[Metric]:
+        """The metric names (for the registry's duplicate check), without reading the snapshot."""
+        yield from self._families(UsageSnapshot())
+
+    def collect(self) -> Iterator[Metric]:
+        """The gauges now; nothing (and a log line) when the snapshot cannot be had."""
+        try:
+            snap = self._snapshot()
+        except Exception as err:  # noqa: BLE001 - a scrape must not take the HTTP server down
+            log.warning("usage_metrics_unreadable", error=f"{type(err).__name__}: {err}")
+            return
+        yield from self._families(snap)
+
+    def _labels(self, row: UsageRow) -> list[str]:
+        return [row.namespace, row.claim, self._node, row.device, ",".join(row.pods)]
+
+    def _families(self, snap: UsageSnapshot) -> Iterator[Metric]:
+        util = GaugeMetricFamily(
+            UTILIZATION, "GPU utilization of a claim's device (0..1; the whole GPU's on a shared GPU).", labels=LABELS
+        )
+        mem = GaugeMetricFamily(MEMORY, "Device memory in use on a claim's device (a MIG device's own).", labels=LABELS)
+        idle = GaugeMetricFamily(IDLE, "Seconds a claim's device has been idle (0 while busy or unknown).", labels=LABELS)
+        putil = GaugeMetricFamily(
+            PROCESS_UTILIZATION, "SM utilization of one process on a claim's device (0..1).", labels=PROCESS_LABELS
+        )
+        pmem = GaugeMetricFamily(PROCESS_MEMORY, "Device memory one process on a claim's device holds.", labels=PROCESS_LABELS)
+        for row in snap.rows:
+            labels = self._labels(row)
+            if row.utilization is not None:
+                util.add_metric(labels, row.utilization)
+            if row.memory_used_bytes is not None:
+                mem.add_metric(labels, row.memory_used_bytes)
+            idle.add_metric(labels, row.idle_seconds)
+            for p in row.processes:
+                plabels = [*labels, str(p.pid)]
+                if p.utilization is not None:
+                    putil.add_metric(plabels, p.utilization)
+                if p.memory_bytes is not None:
+                    pmem.add_metric(plabels, p.memory_bytes)
+        yield util
+        yield mem
+        yield idle
+        yield putil
+        yield pmem
+
+
+def register_usage_collector(registry: CollectorRegistry, snapshot_fn: Callable[[], UsageSnapshot], node: str) -> UsageCollector:
+    """Register the per-claim usage collector on ``registry``; ``snapshot_fn`` is ``UsageSampler.snapshot``."""
+    collector = UsageCollector(snapshot_fn, node)
+    registry.register(collector)
+    return collector

@@ -1,0 +1,320 @@
+"""The NVML health source: XID and double-bit ECC events, and periodic checks of lost GPUs and memory repair.
+
+``NvmlHealthSource`` satisfies ``dra_driver.core.health.HealthSource`` on real GPU nodes. The plugin's
+health monitor (``kubelet_plugin.health_monitor``) gets it through ``dra_driver.sources.select`` or
+the plugin's wiring, calls ``events()`` in a loop and ``check()`` periodically, and folds what they
+return into its ``HealthBook``.
+
+What it does with NVML, strictly read-only towards the GPUs: ``nvmlInit``, one event set of this
+process's own (``nvmlEventSetCreate``) on which each watched GPU registers the XID and double-bit
+ECC event types it supports, ``nvmlEventSetWait_v2`` for events, and query functions for the checks
+(handle lookup, pending page retirement, remapped rows). It never sets MIG mode, clocks, power,
+never resets a GPU and never clears a counter. ``close()`` frees the event set and shuts NVML down.
+
+A GPU whose event registration fails (``NOT_SUPPORTED`` on some SKUs and with MIG) is not an error
+of the source: it is remembered as unmonitored and every ``check()`` reports it in ``GpuCheck.error``.
+
+NVML has no replayable event log: ``position()`` is always 0 and ``resume()`` ignores its argument.
+
+Threads: ``events()`` and ``check()`` are called from the plugin's one health monitor thread only;
+the class holds no lock. Like ``dra_driver.sources.nvml`` it imports ``pynvml`` lazily, and only
+here (import-linter enforces who may); tests pass a stand-in module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import structlog
+
+from dra_driver.core.health import MAX_XID, GpuCheck, HealthEvent
+
+log = structlog.get_logger(__name__)
+
+MAX_EVENTS_PER_CALL = 256
+"""One ``events()`` call drains at most this many pending events (the rest wait for the next call)."""
+_NOT_APPLICABLE = 0xFFFFFFFF
+"""``gpuInstanceId``/``computeInstanceId`` of an event that is not about a MIG instance."""
+_MAX_WAIT_MS = 0xFFFFFFFF  # nvmlEventSetWait_v2 takes an unsigned int of milliseconds
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """What the source asked NVML to report for one GPU at start."""
+
+    gpu_uuid: str
+    supported: int | None
+    """``nvmlDeviceGetSupportedEventTypes``' mask (None: not known, the GPU or the query failed)."""
+    registered: int
+    """The event types registered on the event set (0: none, the GPU is unmonitored)."""
+    error: str = ""
+    """Why the GPU is unmonitored (empty: monitored)."""
+
+
+class NvmlHealthSource:
+    """A ``HealthSource`` over NVML events and queries for the GPUs ``gpu_uuids``.
+
+    ``nvml`` defaults to the ``pynvml`` module (imported here, lazily); ``clock`` gives the events' Unix
+    times, ``monotonic`` and ``sleep`` time the wait after an NVML error (tests pass fakes). NVML is
+    initialised and the events registered by the constructor; ``close()`` undoes both. Used from one
+    thread only (the health monitor's).
+    """
+
+    name = "nvml"
+
+    def __init__(
+        self,
+        gpu_uuids: Sequence[str],
+        *,
+        nvml: ModuleType | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if nvml is None:
+            import pynvml
+
+            nvml = pynvml
+        self._n: Any = nvml
+        self._uuids = tuple(dict.fromkeys(gpu_uuids))
+        self._clock = clock
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._event_set: Any = None
+        self._registrations: dict[str, Registration] = {}
+        self._seen: set[str] = set()  # UUIDs NVML found once: "not found" later means the GPU is gone
+        self._last_wait_error: int | None = None
+        self._closed = False
+        n = self._n
+        self._types = int(n.nvmlEventTypeXidCriticalError) | int(n.nvmlEventTypeDoubleBitEccError)
+        self._lost_codes = {int(n.NVML_ERROR_GPU_IS_LOST), int(n.NVML_ERROR_UNKNOWN)}
+        self._unsupported_codes = {int(n.NVML_ERROR_NOT_SUPPORTED), int(n.NVML_ERROR_FUNCTION_NOT_FOUND)}
+        self.start()
+
+    # -- start and stop ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """``nvmlInit``, one event set, and each GPU's supported XID/double-bit ECC events on it.
+
+        Raises the NVML error of ``nvmlInit`` (no driver: no source). Anything later only leaves GPUs
+        unmonitored: no event set at all (every GPU unmonitored), or one GPU's lookup or registration.
+        """
+        n = self._n
+        n.nvmlInit()
+        try:
+            self._event_set = n.nvmlEventSetCreate()
+        except n.NVMLError as err:
+            log.warning("nvml_health_event_set_failed", error=str(err))
+            self._event_set = None
+            for uuid in self._uuids:
+                self._registrations[uuid] = Registration(uuid, None, 0, f"events not supported: event set: {err}")
+            return
+        try:
+            for uuid in self._uuids:
+                self._registrations[uuid] = self._register(uuid)
+        except BaseException:  # not an NVML error (those are per GPU): release NVML, then let it out
+            self.close()
+            raise
+
+    def _register(self, uuid: str) -> Registration:
+        n = self._n
+        try:
+            handle = n.nvmlDeviceGetHandleByUUID(uuid)
+        except n.NVMLError as err:
+            log.warning("nvml_health_gpu_not_found", gpu=uuid, error=str(err))
+            return Registration(uuid, None, 0, f"events not registered: GPU lookup failed: {err}")
+        self._seen.add(uuid)
+        try:
+            supported = int(n.nvmlDeviceGetSupportedEventTypes(handle))
+        except n.NVMLError as err:
+            log.warning("nvml_health_events_unsupported", gpu=uuid, error=str(err))
+            return Registration(uuid, None, 0, f"events not supported: {err}")
+        wanted = supported & self._types
+        if not wanted:
+            log.warning("nvml_health_events_unsupported", gpu=uuid, supported=hex(supported))
+            why = f"events not supported: neither XID nor double-bit ECC events (supported mask {supported:#x})"
+            return Registration(uuid, supported, 0, why)
+        try:
+            n.nvmlDeviceRegisterEvents(handle, wanted, self._event_set)
+        except n.NVMLError as err:
+            log.warning("nvml_health_events_unsupported", gpu=uuid, error=str(err), wanted=hex(wanted))
+            return Registration(uuid, supported, 0, f"events not supported: {err}")
+        if wanted != self._types:
+            log.info("nvml_health_events_partial", gpu=uuid, supported=hex(supported), registered=hex(wanted))
+        return Registration(uuid, supported, wanted)
+
+    def close(self) -> None:
+        """Free the event set and shut NVML down; a second call does nothing. Errors are logged, not raised."""
+        if self._closed:
+            return
+        self._closed = True
+        n = self._n
+        if self._event_set is not None:
+            try:
+                n.nvmlEventSetFree(self._event_set)
+            except n.NVMLError as err:
+                log.warning("nvml_health_event_set_free_failed", error=str(err))
+            self._event_set = None
+        try:
+            n.nvmlShutdown()
+        except n.NVMLError as err:
+            log.warning("nvml_health_shutdown_failed", error=str(err))
+
+    @property
+    def registrations(self) -> tuple[Registration, ...]:
+        """What each watched GPU registered at start (for logs and the device check script)."""
+        return tuple(self._registrations.values())
+
+    def unmonitored(self) -> dict[str, str]:
+        """The watched GPUs whose events are not registered, with why."""
+        return {r.gpu_uuid: r.error for r in self._registrations.values() if r.error}
+
+    # -- HealthSource -----------------------------------------------------------------------
+
+    def resume(self, position: int) -> None:
+        """Nothing to skip: NVML has no replayable event log."""
+
+    def position(self) -> int:
+        """Always 0: NVML has no replayable event log."""
+        return 0
+
+    def events(self, timeout_s: float) -> list[HealthEvent]:
+        """Wait up to ``timeout_s`` for one event, then drain what is pending (at most 256).
+
+        A timeout returns []. An NVML error (GPU lost included: ``check()`` attributes that) is logged
+        once per run of equal errors and returns [] after sleeping what is left of ``timeout_s``, so a
+        caller's loop never spins.
+        """
+        if self._closed:
+            raise RuntimeError("NvmlHealthSource.events() after close()")
+        start = self._monotonic()
+        if self._event_set is None:  # nothing registered anywhere: only checks
+            self._sleep(max(0.0, timeout_s))
+            return []
+        n = self._n
+        ms = min(_MAX_WAIT_MS, max(0, round(timeout_s * 1000)))
+        out: list[HealthEvent] = []
+        for consumed in range(MAX_EVENTS_PER_CALL):  # NVML events taken, skipped ones included
+            try:
+                data = n.nvmlEventSetWait_v2(self._event_set, 0 if consumed else ms)
+            except n.NVMLError as err:
+                code = int(err.value)
+                if code == int(n.NVML_ERROR_TIMEOUT):
+                    self._last_wait_error = None
+                    return out
+                self._wait_failed(code, str(err), drained=consumed)
+                if not consumed:
+                    self._sleep(max(0.0, timeout_s - (self._monotonic() - start)))
+                return out
+            self._last_wait_error = None
+            event = self._event(data)
+            if event is not None:
+                out.append(event)
+        return out
+
+    def _wait_failed(self, code: int, error: str, *, drained: int) -> None:
+        if code == self._last_wait_error:
+            return
+        self._last_wait_error = code
+        lost = code == int(self._n.NVML_ERROR_GPU_IS_LOST)
+        log.warning("nvml_health_wait_failed", error=error, code=code, gpu_lost=lost, drained=drained)
+
+    def _event(self, data: Any) -> HealthEvent | None:
+        """The HealthEvent of one NVML event data, or None (logged) when it is not ours to report."""
+        n = self._n
+        try:
+            uuid = _text(n.nvmlDeviceGetUUID(data.device))
+        except n.NVMLError as err:
+            log.warning("nvml_health_event_skipped", reason="device UUID unreadable", error=str(err))
+            return None
+        if uuid not in self._registrations:
+            log.warning("nvml_health_event_skipped", reason="GPU not watched", gpu=uuid)
+            return None
+        event_type, value = int(data.eventType), int(data.eventData)
+        detail = _mig_detail(getattr(data, "gpuInstanceId", _NOT_APPLICABLE), getattr(data, "computeInstanceId", _NOT_APPLICABLE))
+        if event_type & int(n.nvmlEventTypeXidCriticalError):
+            if not 0 <= value < MAX_XID:  # the core refuses it: skip here, as the Protocol says
+                log.warning("nvml_health_event_skipped", reason="XID number out of range", gpu=uuid, xid=value)
+                return None
+            return HealthEvent(gpu_uuid=uuid, kind="xid", at=self._clock(), xid=value, detail=detail)
+        if event_type & int(n.nvmlEventTypeDoubleBitEccError):
+            return HealthEvent(gpu_uuid=uuid, kind="double-bit-ecc", at=self._clock(), detail=detail)
+        log.warning("nvml_health_event_skipped", reason="event type not registered", gpu=uuid, event_type=hex(event_type))
+        return None
+
+    def check(self, gpu_uuids: Sequence[str]) -> dict[str, GpuCheck]:
+        """Each GPU: lost, pending page retirement, pending or failed row remapping, or why not checked.
+
+        Read-only queries. ``GPU_IS_LOST`` or ``UNKNOWN`` from any of them, or a GPU once found and now
+        not, is ``lost``; ``NOT_SUPPORTED`` (page retirement on Ampere and later, row remapping before)
+        is no finding; any other error is the ``error`` text, as is a GPU whose events are unmonitored.
+        """
+        if self._closed:
+            raise RuntimeError("NvmlHealthSource.check() after close()")
+        return {uuid: self._check_one(uuid) for uuid in dict.fromkeys(gpu_uuids)}
+
+    def _check_one(self, uuid: str) -> GpuCheck:
+        n = self._n
+        errors: list[str] = []
+        reg = self._registrations.get(uuid)
+        if reg is None:
+            errors.append("events not registered: not among the GPUs this source watches")
+        elif reg.error:
+            errors.append(reg.error)
+        try:
+            handle = n.nvmlDeviceGetHandleByUUID(uuid)
+        except n.NVMLError as err:
+            code = int(err.value)
+            if code in self._lost_codes or (code == int(n.NVML_ERROR_NOT_FOUND) and uuid in self._seen):
+                return GpuCheck(lost=True)
+            return GpuCheck(error="; ".join([*errors, f"GPU lookup: {err}"]))
+        self._seen.add(uuid)
+        retirement = self._query(n.nvmlDeviceGetRetiredPagesPendingStatus, handle, "retired pages", errors)
+        if retirement is _LOST:
+            return GpuCheck(lost=True)
+        rows = self._query(n.nvmlDeviceGetRemappedRows, handle, "remapped rows", errors)
+        if rows is _LOST:
+            return GpuCheck(lost=True)
+        remap_pending = remap_failed = False
+        if rows is not None:
+            _corr, _unc, pending, failed = rows
+            remap_pending, remap_failed = bool(pending), bool(failed)
+        return GpuCheck(
+            retirement_pending=retirement is not None and bool(int(retirement)),
+            remap_pending=remap_pending,
+            remap_failed=remap_failed,
+            error="; ".join(errors),
+        )
+
+    def _query(self, fn: Callable[[Any], Any], handle: Any, what: str, errors: list[str]) -> Any:
+        """``fn(handle)``; None when unsupported or failed (appended to ``errors``), ``_LOST`` when lost."""
+        try:
+            return fn(handle)
+        except self._n.NVMLError as err:
+            code = int(err.value)
+            if code in self._lost_codes:
+                return _LOST
+            if code not in self._unsupported_codes:
+                errors.append(f"{what}: {err}")
+            return None
+
+
+_LOST = object()
+"""``_query``'s answer when NVML says the GPU is lost."""
+
+
+def _mig_detail(gpu_instance: int, compute_instance: int) -> str:
+    """``MIG GPU instance N, compute instance M`` for an event inside a MIG instance; else empty."""
+    if int(gpu_instance) == _NOT_APPLICABLE:
+        return ""
+    if int(compute_instance) == _NOT_APPLICABLE:
+        return f"MIG GPU instance {int(gpu_instance)}"
+    return f"MIG GPU instance {int(gpu_instance)}, compute instance {int(compute_instance)}"

@@ -1,0 +1,101 @@
+"""Fuzzing the health record and the fake GPUs' fault file: hostile bytes give their own errors, fast.
+
+``health.json`` is read at every plugin start: whatever is in it, the store's load never raises and
+fails closed (every GPU degraded) when it cannot be read. The fault file is read every poll by the
+fake GPUs' source: it is refused with ``FaultFileError`` and the source never raises.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dra_driver.core.health import (
+    KEY_HEALTH_RECORD,
+    HealthBook,
+    HealthEvent,
+    HealthRecordError,
+    from_json,
+    record_event,
+    to_json,
+)
+from dra_driver.files.health_store import HealthStore
+from dra_driver.sources.fake_health import FAULTS_FILE, FakeHealthSource, FaultFileError, decode
+from tests.fuzz import harness
+
+GPUS = ("GPU-a", "GPU-b")
+
+
+def record_seed() -> dict[str, Any]:
+    book = HealthBook()
+    for e in (
+        HealthEvent("GPU-a", "xid", 10.0, 79, "x"),
+        HealthEvent("GPU-b", "xid", 11.0, 13),
+        HealthEvent("GPU-a", "double-bit-ecc", 12.0),
+    ):
+        book = record_event(book, e)
+    return to_json(book, "boot-1", {"fake": 7})
+
+
+def fault_seed() -> dict[str, Any]:
+    return {
+        "version": 1,
+        "nextSeq": 2,
+        "events": [
+            {"seq": 0, "uuid": "GPU-a", "kind": "xid", "at": 1.0, "xid": 79, "detail": ""},
+            {"seq": 1, "uuid": "GPU-b", "kind": "gpu-reset", "at": 2.0, "xid": None, "detail": "d"},
+        ],
+        "checks": {"GPU-a": {"lost": True, "retirementPending": False, "remapPending": False, "remapFailed": False, "error": ""}},
+    }
+
+
+def inputs(seed: dict[str, Any], n: int, name: str) -> Iterator[bytes]:
+    rng = random.Random(harness.seed_for(name))
+    for _ in range(n):
+        yield harness.to_bytes(harness.mutate(seed, rng), rng)
+
+
+def test_health_record_decoder_refuses_hostile_records_with_its_own_error_only() -> None:
+    rep = harness.run(
+        "health record decode",
+        inputs(record_seed(), harness.budget(1500), "health-record"),
+        lambda raw: from_json(json.loads(raw)),
+        (HealthRecordError, ValueError, RecursionError),
+    )
+    harness.assert_clean(rep)
+    assert rep.rejected > rep.inputs // 4
+    assert rep.accepted > 0
+
+
+def test_health_store_load_never_raises_and_fails_closed(tmp_path: Path) -> None:
+    store = HealthStore(tmp_path, "boot-1")
+
+    def load(raw: bytes) -> None:
+        store.path.write_bytes(raw)
+        loaded = store.load(GPUS, 100.0)
+        assert isinstance(loaded.book, HealthBook)
+        if loaded.problems:  # unreadable: every GPU degraded until repaired
+            assert all(loaded.book.of(u)[0].key == KEY_HEALTH_RECORD for u in GPUS)
+
+    rep = harness.run("health store load", inputs(record_seed(), harness.budget(800), "health-load"), load, ())
+    harness.assert_clean(rep)
+
+
+def test_fault_file_decoder_refuses_hostile_files_and_the_source_never_raises(tmp_path: Path) -> None:
+    rep = harness.run("fault file decode", inputs(fault_seed(), harness.budget(1200), "fault-file"), decode, (FaultFileError,))
+    harness.assert_clean(rep)
+    assert rep.rejected > rep.inputs // 4
+    source = FakeHealthSource(tmp_path, sleep=lambda s: None)
+
+    def poll(raw: bytes) -> None:
+        (tmp_path / FAULTS_FILE).write_bytes(raw)
+        source.resume(0)
+        source._stamp = None
+        assert isinstance(source.events(0.0), list)
+        assert set(source.check(GPUS)) == set(GPUS)
+
+    rep = harness.run("fault file source", inputs(fault_seed(), harness.budget(400), "fault-source"), poll, ())
+    harness.assert_clean(rep)

@@ -1,0 +1,248 @@
+"""GPU health, pure rules and the monitor: classification, conditions, taints, the record, repairs."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from dra_driver.appkit.inventory import node_publication
+from dra_driver.core.health import (
+    Clears,
+    GpuCheck,
+    HealthBook,
+    HealthEvent,
+    HealthRecordError,
+    Severity,
+    TaintPolicy,
+    classify_xid,
+    expire,
+    from_json,
+    health_message,
+    is_unhealthy,
+    next_expiry,
+    record_check,
+    record_event,
+    repair,
+    tainted_devices,
+    taints_for,
+    to_json,
+)
+from dra_driver.core.mig import MigStrategy
+from dra_driver.files.health_store import HealthStore, request_repair
+from dra_driver.sources.fake import FakeGpuSource
+from kubelet_plugin.health_monitor import HealthMonitor, MonitorConfig
+
+D = "gpu.example.com"
+
+
+def xid(n: int, at: float = 100.0, uuid: str = "GPU-a") -> HealthEvent:
+    return HealthEvent(uuid, "xid", at, n)
+
+
+def test_xids_are_classified_by_nvidias_immediate_action_and_unknown_ones_are_degraded() -> None:
+    assert Severity.FATAL == classify_xid(79)[0] == classify_xid(48)[0] == classify_xid(95)[0]
+    assert Severity.APPLICATION == classify_xid(13)[0] == classify_xid(31)[0] == classify_xid(43)[0]
+    assert Severity.INFORMATIONAL == classify_xid(92)[0]
+    severity, _, known = classify_xid(4242)
+    assert (Severity.DEGRADED, False) == (severity, known)
+
+
+def test_one_condition_per_key_the_more_severe_wins_and_keeps_its_first_time() -> None:
+    book = record_event(HealthBook(), xid(13, at=1.0))
+    book = record_event(book, xid(79, at=2.0))
+    book = record_event(book, xid(13, at=3.0))  # a later, milder XID does not hide the fatal one
+    (cond,) = book.of("GPU-a")
+    assert ("79", Severity.FATAL, Clears.REPAIR, 2.0) == (cond.value, cond.severity, cond.clears, cond.since)
+    book = record_event(book, xid(79, at=9.0))
+    assert 2.0 == book.of("GPU-a")[0].since
+
+
+def test_a_reset_clears_what_events_raised_but_not_what_checks_see() -> None:
+    book = record_event(HealthBook(), xid(48))
+    book = record_check(book, "GPU-a", GpuCheck(remap_pending=True), 5.0)
+    book = record_event(book, HealthEvent("GPU-a", "gpu-reset", 6.0))
+    assert ["memory-repair"] == [c.key for c in book.of("GPU-a")]
+
+
+def test_checks_raise_and_clear_their_own_conditions() -> None:
+    book = record_check(HealthBook(), "GPU-a", GpuCheck(lost=True, error="boom"), 1.0)
+    assert {"gpu-lost", "unmonitored"} == {c.key for c in book.of("GPU-a")}
+    book = record_check(book, "GPU-a", GpuCheck(lost=True), 2.0)
+    assert [("gpu-lost", 1.0)] == [(c.key, c.since) for c in book.of("GPU-a")]  # first time kept
+    assert HealthBook() == record_check(book, "GPU-a", GpuCheck(), 3.0)
+
+
+def test_a_lost_gpu_event_stays_after_the_check_sees_it_again_until_repaired() -> None:
+    book = record_event(HealthBook(), HealthEvent("GPU-a", "gpu-lost", 1.0))
+    book = record_check(book, "GPU-a", GpuCheck(lost=True), 2.0)
+    book = record_check(book, "GPU-a", GpuCheck(), 3.0)
+    assert ["gpu-lost"] == [c.key for c in book.of("GPU-a")]
+    book, cleared = repair(book, "GPU-a", 4.0)
+    assert ["gpu-lost"] == [c.key for c in cleared] and HealthBook() == book
+
+
+def test_repair_clears_only_what_was_raised_until_the_request() -> None:
+    book = record_event(HealthBook(), xid(48, at=1.0))
+    book = record_check(book, "GPU-a", GpuCheck(remap_failed=True), 1.0)
+    book, cleared = repair(book, "GPU-a", 0.5)
+    assert [] == cleared
+    book, cleared = repair(book, "GPU-a", 1.0)
+    assert ["xid"] == [c.key for c in cleared]
+    assert ["memory-repair"] == [c.key for c in book.of("GPU-a")]  # the check still sees it
+
+
+def test_application_and_informational_causes_expire_after_the_hold() -> None:
+    book = record_event(record_event(HealthBook(), xid(13, at=10.0)), xid(79, at=10.0, uuid="GPU-b"))
+    assert 70.0 == next_expiry(book, 60.0)
+    assert book == expire(book, 69.0, 60.0)
+    after = expire(book, 70.0, 60.0)
+    assert () == after.of("GPU-a") and ["xid"] == [c.key for c in after.of("GPU-b")]
+
+
+@pytest.mark.parametrize(
+    ("n", "policy", "effect"),
+    [
+        (79, TaintPolicy(), "NoSchedule"),
+        (79, TaintPolicy(evict_fatal=True), "NoExecute"),
+        (4242, TaintPolicy(evict_fatal=True), "NoSchedule"),
+        (13, TaintPolicy(effect_none=True), "None"),
+        (13, TaintPolicy(effect_none=False), None),
+    ],
+)
+def test_taint_effects_follow_severity_and_what_the_cluster_allows(n: int, policy: TaintPolicy, effect: str | None) -> None:
+    book = record_event(HealthBook(), xid(n))
+    taints = taints_for(book.of("GPU-a"), D, policy)
+    assert ([{"key": f"{D}/xid", "value": str(n), "effect": effect}] if effect else []) == taints
+
+
+def test_the_gpu_every_mig_placement_on_it_inherit_its_taints_and_no_other_device_does(tmp_path: Path) -> None:
+    gpus = FakeGpuSource("h100x8", "node-a").gpus()
+    from dra_driver.mig_backends.select import make_mig_backend
+
+    backend = make_mig_backend(fake=True, gpus=gpus, state_dir=tmp_path)
+    pub = node_publication(gpus, MigStrategy.DYNAMIC, backend)
+    book = record_event(HealthBook(), HealthEvent(gpus[1].uuid, "double-bit-ecc", 1.0))
+    out = tainted_devices(pub.devices, pub.targets, book, D, TaintPolicy())
+    tainted = {d.name for d in out if d.extra.get("taints")}
+    on_gpu1 = {n for n, t in pub.targets.items() if t.gpu.uuid == gpus[1].uuid}
+    assert tainted == on_gpu1 and "gpu-1" in tainted and len(tainted) > 10
+    assert all(d.extra.get("consumesCounters") for d in out if d.name in tainted)  # other fields kept
+
+
+def test_kubelet_health_is_unhealthy_for_fatal_and_degraded_with_the_cause_in_words() -> None:
+    book = record_event(record_event(HealthBook(), xid(13)), HealthEvent("GPU-a", "double-bit-ecc", 1.0))
+    conds = book.of("GPU-a")
+    assert is_unhealthy(conds)
+    assert health_message(conds).startswith("fatal: double-bit ECC error; application: XID 13")
+    assert not is_unhealthy(record_event(HealthBook(), xid(13)).of("GPU-a"))
+    assert len(health_message(record_event(HealthBook(), HealthEvent("GPU-a", "xid", 1.0, 79, "d" * 5000)).of("GPU-a"))) <= 1024
+
+
+def test_the_record_round_trips_and_refuses_what_it_cannot_trust() -> None:
+    book = record_check(record_event(HealthBook(), xid(79)), "GPU-b", GpuCheck(retirement_pending=True), 3.0)
+    doc = json.loads(json.dumps(to_json(book, "boot-1", {"fake": 4})))
+    assert (book, "boot-1", {"fake": 4}) == from_json(doc)
+    doc["version"] = 2
+    with pytest.raises(HealthRecordError, match="unknown record version 2"):
+        from_json(doc)
+    doc = to_json(book, "boot-1")
+    doc["gpus"]["GPU-a"][0]["value"] = "not a label value!"
+    with pytest.raises(HealthRecordError, match="not a label value"):
+        from_json(doc)
+
+
+def test_the_store_fails_closed_on_an_unreadable_record_and_drops_conditions_after_a_reboot(tmp_path: Path) -> None:
+    store = HealthStore(tmp_path, "boot-1")
+    store.save(record_event(HealthBook(), xid(79)), {"fake": 3})
+    loaded = HealthStore(tmp_path, "boot-1").load(["GPU-a", "GPU-b"], 9.0)
+    assert ["xid"] == [c.key for c in loaded.book.of("GPU-a")] and {"fake": 3} == loaded.consumed
+    rebooted = HealthStore(tmp_path, "boot-2").load(["GPU-a"], 9.0)
+    assert rebooted.rebooted and HealthBook() == rebooted.book and {"fake": 3} == rebooted.consumed
+    store.path.write_text("{torn")
+    broken = store.load(["GPU-a", "GPU-b"], 9.0)
+    assert broken.problems and all(broken.book.of(u)[0].severity is Severity.DEGRADED for u in ("GPU-a", "GPU-b"))
+
+
+class ScriptedSource:
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.queue: list[HealthEvent] = []
+        self.checks: dict[str, GpuCheck] = {}
+        self.pos = 0
+        self.resumed_from: int | None = None
+
+    def resume(self, position: int) -> None:
+        self.resumed_from = position
+        self.pos = position
+
+    def position(self) -> int:
+        return self.pos
+
+    def events(self, timeout_s: float) -> list[HealthEvent]:
+        out, self.queue = self.queue, []
+        self.pos += len(out)
+        return out
+
+    def check(self, gpu_uuids: Sequence[str]) -> dict[str, GpuCheck]:
+        return {u: self.checks.get(u, GpuCheck()) for u in gpu_uuids}
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_monitor_folds_events_persists_notifies_and_applies_repairs(tmp_path: Path) -> None:
+    gpus = FakeGpuSource("h100x8", "node-a").gpus()[:2]
+    source = ScriptedSource()
+    changes: list[HealthBook] = []
+    notices: list[str] = []
+    now = [1000.0]
+    monitor = HealthMonitor(
+        source=source,
+        gpus=gpus,
+        store=HealthStore(tmp_path, "boot-1"),
+        plugin_dir=tmp_path,
+        on_change=changes.append,
+        notify=lambda n: notices.append(n.reason),
+        config=MonitorConfig(check_interval_s=5.0, hold_s=60.0, event_wait_s=0.0),
+        clock=lambda: now[0],
+    )
+    monitor.load()
+    version = monitor.snapshot()[0]
+    source.queue = [HealthEvent(gpus[0].uuid, "xid", 999.0, 79), HealthEvent("GPU-stranger", "xid", 999.0, 79)]
+    monitor.step()
+    assert ["xid"] == [c.key for c in changes[-1].of(gpus[0].uuid)] and ["GpuUnhealthy"] == notices
+    assert monitor.wait_for_change(version, 0.0) != version  # streams wake
+    assert 2 == from_json(json.loads((tmp_path / "health.json").read_bytes()))[2]["fake"]
+    now[0] = 1001.0
+    request_repair(tmp_path, "gpu-0")
+    monitor.step()
+    assert HealthBook() == monitor.book and ["GpuUnhealthy", "GpuHealthy"] == notices
+    with pytest.raises(ValueError, match="not a GPU device name"):
+        request_repair(tmp_path, "../etc")
+
+    restarted = HealthMonitor(source=ScriptedSource(), gpus=gpus, store=HealthStore(tmp_path, "boot-1"), plugin_dir=tmp_path)
+    restarted.load()
+    assert restarted._source.resumed_from == 2  # type: ignore[attr-defined]
+
+
+def test_the_monitor_loop_survives_a_failing_source(tmp_path: Path) -> None:
+    class Broken(ScriptedSource):
+        def events(self, timeout_s: float) -> list[HealthEvent]:
+            raise RuntimeError("nvml exploded")
+
+    gpus = FakeGpuSource("h100x8", "node-a").gpus()[:1]
+    stop = threading.Event()
+    monitor = HealthMonitor(
+        source=Broken(), gpus=gpus, store=HealthStore(tmp_path, "b"), plugin_dir=tmp_path, config=MonitorConfig(event_wait_s=0.01)
+    )
+    t = threading.Thread(target=monitor.run, args=(stop,))
+    t.start()
+    stop.wait(0.1)
+    stop.set()
+    t.join(2.0)
+    assert not t.is_alive()
