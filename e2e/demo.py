@@ -30,6 +30,15 @@ pods in two namespaces each get a 20Gi share (shareID, consumedCapacity) under t
 daemon, and their containers print their MPS client limits; a fifth 20Gi pod stays Pending with
 the scheduler's reason.
 
+Part 3, GPU health and idle GPUs: ``helm install`` again, 8 fake H100s per node, full GPUs,
+``health.evict=true``. ``demo/health-trainer.yaml`` runs a one-replica Deployment (the trainer, its
+fake usage scripted busy) and a notebook pod that never uses its GPU. An XID no catalog knows on the
+trainer's GPU (injected with the fake GPUs' fault CLI) taints it NoSchedule and the pod's
+``allocatedResourcesStatus`` shows the device Unhealthy with the cause (the kubelet's health stream);
+XID 79 then taints it NoExecute, the controller-manager evicts the trainer and its replacement runs
+on a healthy GPU. ``dra-gpu top`` reads every plugin's /metrics through the API server and marks the
+notebook's claim idle; ``dra-gpu health repair`` clears the taints.
+
 Anything unexpected (a pod not Running, a Pending pod without a reason, something left behind)
 prints the pod's phase, conditions, events and container log and exits non-zero; every wait has a
 deadline. Logs of every component are kept under the printed directory when it fails.
@@ -333,6 +342,144 @@ def part2(ic: InstalledCluster) -> None:
     say(f"   {seconds:.1f}s after the pods were gone: " + ", ".join(f"{k} {v}" for k, v in left.items()))
 
 
+HEALTH_VALUES = (
+    f"gpus.fake.profile={PROFILE}",
+    "mig.strategy=none",
+    "health.evict=true",
+    "health.checkInterval=1",
+    "monitoring.usageInterval=2",
+)
+HEALTH_FILE = "health-trainer.yaml"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, check=False)
+
+
+def _allocated_device(ic: InstalledCluster, pod: dict[str, Any]) -> str:
+    (r,) = results_of(claim_of(ic, pod))
+    return str(r["device"])
+
+
+def _running(ic: InstalledCluster, selector: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in ic.pods(NS, selector)
+        if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _device_health(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        r
+        for cs in pod.get("status", {}).get("containerStatuses", [])
+        for a in cs.get("allocatedResourcesStatus") or []
+        for r in a.get("resources") or []
+    ]
+
+
+def _taints(ic: InstalledCluster, node: str, device: str) -> list[str]:
+    devs = [d for d in published(ic).get(node, []) if d["name"] == device]
+    return [f"{t['key']}={t.get('value', '')}:{t['effect']}" for d in devs for t in d.get("taints") or []]
+
+
+def part3(ic: InstalledCluster) -> None:
+    """GPU health: a fault taints the GPU, the pod's status says so, eviction moves it; an idle claim is flagged."""
+    say("")
+    say("== Part 3: GPU health and idle GPUs: 8 fake H100s per node, health.evict=true")
+    ic.helm_uninstall()
+    sets = " ".join(f"--set {v}" for v in HEALTH_VALUES)
+    say(f"   helm install dra-gpu {CHART.relative_to(REPO)} -n dra-gpu {sets} ...")
+    seconds = ic.helm_install(*HEALTH_VALUES)
+    say(f"   every pod of the release Ready in {seconds:.1f}s")
+    if not wait_for(lambda: all(len(full_gpus(devs)) == 8 and len(devs) == 8 for devs in nodes_published(ic)), 90):
+        raise DemoError(f"expected 8 full GPUs per node, have {sorted(published(ic))}")
+    docs = objects(["namespace.yaml", HEALTH_FILE])
+    apply(ic.c, [d for d in docs if d["kind"] == "Namespace" and not _exists(ic, d)])
+    kubectl_apply(ic, [HEALTH_FILE])
+    ic.wait_running(NS, ["notebook"], timeout_s=120)
+    if not wait_for(lambda: len(_running(ic, "app=trainer")) == 1, 120):
+        raise DemoError("the trainer Deployment's pod did not run")
+    (trainer,) = _running(ic, "app=trainer")
+    name, node = trainer["metadata"]["name"], trainer["spec"]["nodeName"]
+    device = _allocated_device(ic, trainer)
+    minor = device.removeprefix("gpu-")
+    say(f"   trainer pod {name} runs on {node}/{device}; notebook on "
+        f"{ic.pod(NS, 'notebook')['spec']['nodeName']}/{_allocated_device(ic, ic.pod(NS, 'notebook'))}")  # fmt: skip
+    busy_claim = claim_of(ic, trainer)
+    assert busy_claim is not None
+    state_dir = fake_state(ic.nodes[node], "")
+    _cli("dra_driver.sources.fake_usage", "--state-dir", str(state_dir), "set", "--claim",
+         busy_claim["metadata"]["uid"], "--utilization", "0.9", "--memory", "30Gi")  # fmt: skip
+    faults = ("dra_driver.sources.fake_health", "--state-dir", str(state_dir), "--fake-gpus", PROFILE, "--node-name", node)
+
+    say("")
+    say(f"-- an XID no catalog knows (4242) on {node}/{device}: degraded, NoSchedule; the trainer keeps running")
+    say(f"   python -m dra_driver.sources.fake_health ... xid --gpu {minor} --xid 4242")
+    _cli(*faults, "xid", "--gpu", minor, "--xid", "4242")
+    if not wait_for(lambda: any(r.get("health") == "Unhealthy" for r in _device_health(ic.pod(NS, name))), 60):
+        raise DemoError(f"pod {name}'s status never showed its device Unhealthy: {_device_health(ic.pod(NS, name))}")
+    (entry,) = _device_health(ic.pod(NS, name))
+    say(f"   slice taint on {device}: {', '.join(_taints(ic, node, device))}")
+    say(f"   kubectl get pod {name} -o jsonpath='{{.status.containerStatuses[0].allocatedResourcesStatus}}':")
+    say(f"      {entry['resourceID']}: {entry['health']}: {entry.get('message', '')}")
+
+    say("")
+    say(f"-- XID 79 (GPU has fallen off the bus) on {node}/{device}: fatal, NoExecute")
+    _cli(*faults, "xid", "--gpu", minor, "--xid", "79")
+    started = time.monotonic()
+
+    def replaced() -> bool:
+        return any(p["metadata"]["name"] != name for p in _running(ic, "app=trainer"))
+
+    if not wait_for(replaced, 120):
+        raise DemoError(f"the trainer was not evicted and replaced; taints: {_taints(ic, node, device)}")
+    (new,) = [p for p in _running(ic, "app=trainer") if p["metadata"]["name"] != name]
+    new_node, new_device = new["spec"]["nodeName"], _allocated_device(ic, new)
+    say(f"   slice taints on {device}: {', '.join(_taints(ic, node, device))}")
+    say(f"   the controller-manager evicted {name}; its replacement {new['metadata']['name']} runs on "
+        f"{new_node}/{new_device} ({time.monotonic() - started:.1f}s after the fault)")  # fmt: skip
+    if (new_node, new_device) == (node, device):
+        raise DemoError("the replacement landed on the failed GPU")
+
+    say("")
+    say("-- dra-gpu top (every plugin's /metrics through the API server); the notebook never used its GPU:")
+    new_claim = claim_of(ic, new)
+    assert new_claim is not None
+    _cli("dra_driver.sources.fake_usage", "--state-dir", str(fake_state(ic.nodes[new_node], "")), "set", "--claim",
+         new_claim["metadata"]["uid"], "--utilization", "0.9", "--memory", "30Gi")  # fmt: skip
+    time.sleep(5)  # two usage samples
+    top = _cli("dra_driver.cli.main", "top", "--kubeconfig", str(ic.c.kubeconfig), "--idle-after", "5")
+    for line in top.stdout.splitlines():
+        say(f"   {line}")
+    flagged = [line for line in top.stdout.splitlines() if "dra-demo/notebook" in line and line.rstrip().endswith("!")]
+    if top.returncode != 0 or not flagged or "trainer" not in top.stdout:
+        raise DemoError(f"dra-gpu top did not flag the idle notebook ({top.returncode}): {top.stdout} {top.stderr}")
+    say("   (! idle past --idle-after; the chart's DraGpuAllocatedIdle alert fires on the same metric after 30 min)")
+
+    say("")
+    say(f"-- the GPU is repaired: dra-gpu health repair {device} (kubectl exec into the plugin on {node})")
+    _cli("dra_driver.cli.main", "health", "repair", device, "--plugin-dir", str(fake_state(ic.nodes[node], "").parent))
+    if not wait_for(lambda: not _taints(ic, node, device), 30):
+        raise DemoError(f"the taints of {device} stayed after the repair: {_taints(ic, node, device)}")
+    say(f"   {node}/{device} has no taints again")
+    say("")
+    say(f"-- kubectl delete -f demo/{HEALTH_FILE}")
+    kubectl_delete(ic, [d for d in docs if d["kind"] != "Namespace"])
+    if not wait_for(lambda: not ic.pods(NS), 120):
+        raise DemoError(f"pods left in {NS}: {[p['metadata']['name'] for p in ic.pods(NS)]}")
+    seconds, left = wait_clean(ic, PROFILE)
+    say(f"   {seconds:.1f}s after the pods were gone: " + ", ".join(f"{k} {v}" for k, v in left.items()))
+
+
+def _exists(ic: InstalledCluster, doc: dict[str, Any]) -> bool:
+    try:
+        ic.c.api("GET", f"/api/v1/namespaces/{doc['metadata']['name']}")
+    except ApiError:
+        return False
+    return True
+
+
 def run(workdir: Path) -> int:
     started = time.monotonic()
     say("== dra-gpu as a platform team installs it: the image, helm install, pods in real containers")
@@ -349,6 +496,7 @@ def run(workdir: Path) -> int:
         try:
             part1(ic)
             part2(ic)
+            part3(ic)
         except (ClusterError, HelmError, DemoError) as err:
             say("")
             say(f"demo FAILED: {err}")

@@ -138,7 +138,12 @@ def kubectl_delete(ic: InstalledCluster, docs: Iterable[dict[str, Any]]) -> None
             continue
         ns, name = d["metadata"].get("namespace", "default"), d["metadata"]["name"]
         base = "/api/v1" if d["apiVersion"] == "v1" else f"/apis/{d['apiVersion']}"
-        plural = {"Pod": "pods", "ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}
+        plural = {
+            "Pod": "pods",
+            "ResourceClaim": "resourceclaims",
+            "ResourceClaimTemplate": "resourceclaimtemplates",
+            "Deployment": "deployments",
+        }
         try:
             ic.c.api("DELETE", f"{base}/namespaces/{ns}/{plural[d['kind']]}/{name}?gracePeriodSeconds=0")
         except ApiError as err:

@@ -18,6 +18,7 @@ _PLURALS: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Namespace"): ("/api/v1/namespaces", False),
     ("v1", "Pod"): ("/api/v1/namespaces/{ns}/pods", True),
     ("v1", "ResourceQuota"): ("/api/v1/namespaces/{ns}/resourcequotas", True),
+    ("apps/v1", "Deployment"): ("/apis/apps/v1/namespaces/{ns}/deployments", True),
     ("resource.k8s.io/v1", "DeviceClass"): ("/apis/resource.k8s.io/v1/deviceclasses", False),
     ("resource.k8s.io/v1", "ResourceClaim"): ("/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", True),
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates", True),

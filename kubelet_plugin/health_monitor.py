@@ -1,17 +1,27 @@
 """The plugin's GPU health monitor: a thread folding a health source's events and checks into taints.
 
-Started by ``kubelet_plugin.main``. Loads ``health.json`` (``dra_driver.files.health_store``), then
-loops: wait up to a second for events (NVML event sets, or the fake GPUs' fault file), run the
-periodic checks every ``check_interval_s``, expire ``hold`` conditions, apply repair requests
-(``dra-gpu health repair`` drops a file in ``<plugin dir>/health-repairs/``), and after any change:
-persist the record, call ``on_change`` (the plugin republishes its devices with taints), wake the
-kubelet health streams (``kubelet_plugin.health_stream``), log each condition raised or cleared,
-and send a Node Event. It never touches the prepare path: prepare neither waits for nor reads it.
-Its own failures are logged and retried; it never dies.
+Started by ``kubelet_plugin.main``. ``load`` reads ``health.json`` (``dra_driver.files.health_store``)
+before the first publication; the source (NVML's event set, or the fake GPUs' fault file) is made
+on the monitor's own thread, so NVML's start-up never delays the sockets. Then it loops: wait up to
+a second for events, run the periodic checks every ``check_interval_s``, expire ``hold``
+conditions, apply repair requests (``dra-gpu health repair`` leaves ``<plugin dir>/health-repairs/<gpu>``
+holding the time of the request), and after any change: persist the record, call ``on_change``
+(the plugin republishes its devices with taints), wake the kubelet health streams
+(``kubelet_plugin.health_stream``), log each condition raised or cleared, and queue a Node Event
+(sent by a thread of its own: a slow API server never holds the taints back).
+
+Nothing read is lost to a failed pass: events stay pending until a pass has saved them. Repair
+requests are not deleted: each is applied once per process (per request time), so both plugins of
+a rolling update apply it, and applying one again after a restart changes nothing (a repair clears
+only what was last seen before the request). It never touches the prepare path: prepare neither
+waits for nor reads it. Its own failures are logged and retried; it never dies.
 """
 
 from __future__ import annotations
 
+import os
+import queue
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -59,7 +69,7 @@ class HealthMonitor:
     def __init__(
         self,
         *,
-        source: HealthSource,
+        source: Callable[[], HealthSource],
         gpus: Sequence[GpuInfo],
         store: HealthStore,
         plugin_dir: Path,
@@ -68,7 +78,8 @@ class HealthMonitor:
         config: MonitorConfig | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._source = source
+        self._make_source = source  # called on the monitor's thread: NVML's start-up must not delay the sockets
+        self._source: HealthSource | None = None
         self._gpus = {g.uuid: g for g in gpus}
         self._store = store
         self._repairs = plugin_dir / REPAIRS_DIR
@@ -82,6 +93,10 @@ class HealthMonitor:
         self._alive_at = clock()
         self._consumed: dict[str, int] = {}
         self._next_check = 0.0
+        self._pending: list[HealthEvent] = []  # read from the source, not yet saved
+        self._applied: dict[str, float] = {}  # repair request -> the request time applied
+        self._bad_requests: set[str] = set()
+        self._notices: queue.SimpleQueue[Notice | None] = queue.SimpleQueue()
 
     # -- read side ------------------------------------------------------------------------
 
@@ -96,10 +111,13 @@ class HealthMonitor:
         with self._cond:
             return self._version, self._book, self._alive_at
 
-    def wait_for_change(self, version: int, timeout_s: float) -> int:
-        """Block until the version moves past ``version`` or ``timeout_s``; return the version now."""
+    def wait_for_change(self, version: int, timeout_s: float, until: Callable[[], bool] = lambda: False) -> int:
+        """Block until the version moves past ``version``, ``until()`` holds (checked at every wake-up), or ``timeout_s``.
+
+        Returns the version now.
+        """
         with self._cond:
-            self._cond.wait_for(lambda: self._version != version, timeout=timeout_s)
+            self._cond.wait_for(lambda: self._version != version or until(), timeout=timeout_s)
             return self._version
 
     def set_on_change(self, on_change: Callable[[HealthBook], None]) -> None:
@@ -122,7 +140,6 @@ class HealthMonitor:
         if loaded.rebooted:
             log.info("health_record_from_previous_boot", effect="conditions dropped; the checks see what persists")
         self._consumed = dict(loaded.consumed)
-        self._source.resume(self._consumed.get(self._source.name, 0))
         with self._cond:
             self._book = loaded.book
             self._version += 1
@@ -133,42 +150,83 @@ class HealthMonitor:
 
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop``; never raises."""
-        log.info("health_monitor_started", source=self._source.name, gpus=len(self._gpus))
+        notices = threading.Thread(target=self._send_notices, name="gpu-health-events", daemon=True)
+        notices.start()
+        log.info("health_monitor_started", gpus=len(self._gpus))
         while not stop.is_set():
             try:
                 self.step()
             except Exception:
                 log.exception("health_monitor_pass_failed")
                 stop.wait(self._config.event_wait_s)
-        self._source.close()
+        if self._source is not None:
+            try:
+                self._source.close()
+            except Exception:
+                log.exception("health_source_close_failed")
+        self._notices.put(None)
         self.wake_streams()
         log.info("health_monitor_stopped")
 
+    def _opened_source(self) -> HealthSource:
+        """The source, made (on this thread) and resumed from the record's position the first time."""
+        if self._source is not None:
+            return self._source
+        source = self._make_source()
+        source.resume(self._consumed.get(source.name, 0))
+        self._source = source
+        log.info("health_source_opened", source=source.name)
+        return source
+
+    def _send_notices(self) -> None:
+        while (notice := self._notices.get()) is not None:
+            self._send(notice)
+
+    def drain_notices(self) -> None:
+        """Send the Events queued so far, on this thread (tests; ``run`` sends them on its own)."""
+        while True:
+            try:
+                notice = self._notices.get_nowait()
+            except queue.Empty:
+                return
+            if notice is not None:
+                self._send(notice)
+
+    def _send(self, notice: Notice) -> None:
+        try:
+            if self._notify is not None:
+                self._notify(notice)
+        except Exception:  # an Event is best effort
+            log.exception("health_notice_failed", reason=notice.reason)
+
     def step(self) -> None:
         """One pass: events (waiting up to ``event_wait_s``), checks when due, expiry, repairs."""
+        source = self._opened_source()
         book = before = self.book
         now = self._clock()
         wait = max(0.0, min(self._config.event_wait_s, self._next_check - now))
         expiry = next_expiry(book, self._config.hold_s)
         if expiry is not None:
             wait = max(0.0, min(wait, expiry - now))
-        for event in self._source.events(wait):
+        self._pending.extend(source.events(wait))
+        for event in self._pending:
             book = self._event(book, event)
         now = self._clock()
         if now >= self._next_check:
             self._next_check = now + self._config.check_interval_s
-            checks = self._source.check(list(self._gpus))
+            checks = source.check(list(self._gpus))
             for uuid, check in checks.items():
                 if uuid in self._gpus:
                     book = record_check(book, uuid, check, now)
         book = expire(book, now, self._config.hold_s)
         book = self._apply_repairs(book)
-        position = self._source.position()
-        moved = position != self._consumed.get(self._source.name, 0)
-        self._consumed[self._source.name] = position
+        position = source.position()
+        moved = position != self._consumed.get(source.name, 0)
         changed = book != before
         if changed or moved:
-            self._store.save(book, self._consumed)
+            self._store.save(book, {**self._consumed, source.name: position})  # raises: the events stay pending
+        self._consumed[source.name] = position
+        self._pending = []
         with self._cond:
             self._alive_at = now
             if changed:
@@ -176,9 +234,9 @@ class HealthMonitor:
                 self._version += 1
             self._cond.notify_all()
         if changed:
-            self._report(before, book)
             if self._on_change is not None:
-                self._on_change(book)
+                self._on_change(book)  # the taints first; the logs and Events after
+            self._report(before, book)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -198,29 +256,61 @@ class HealthMonitor:
             log.error("health_event_invalid", device=self._name(event.gpu_uuid), error=str(err))
             return book
 
+    def _request_time(self, name: str) -> float | None:
+        """The time a repair request holds (a regular file, read without blocking, 64 bytes at most)."""
+        try:
+            fd = os.open(self._repairs / name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError as err:
+            self._bad_request(name, f"cannot open it: {err}")
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                self._bad_request(name, "not a regular file")
+                return None
+            raw = os.read(fd, 64)
+        except OSError as err:
+            self._bad_request(name, f"cannot read it: {err}")
+            return None
+        finally:
+            os.close(fd)
+        try:
+            at = float(raw.decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError):
+            self._bad_request(name, f"holds {raw[:20]!r}, not a time")
+            return None
+        if not 0 <= at < 1e11:
+            self._bad_request(name, f"holds {at}, not a Unix time")
+            return None
+        return at
+
+    def _bad_request(self, name: str, why: str) -> None:
+        if name not in self._bad_requests:  # once per request, not every pass
+            self._bad_requests.add(name)
+            log.error("health_repair_request_unusable", request=name[:80], error=why[:200])
+
     def _apply_repairs(self, book: HealthBook) -> HealthBook:
         try:
-            names = sorted(p.name for p in self._repairs.iterdir())[:MAX_REPAIRS_PER_PASS]
+            names = sorted(p.name for p in self._repairs.iterdir() if not p.name.startswith("."))[:MAX_REPAIRS_PER_PASS]
         except FileNotFoundError:
+            return book
+        except OSError as err:
+            self._bad_request("", f"the requests directory {self._repairs}: {err}")
             return book
         by_name = {gpu_device_name(g.minor): g.uuid for g in self._gpus.values()}
         for name in names:
-            path = self._repairs / name
-            if name.startswith("."):
-                continue
-            try:
-                raw = path.read_text()[:64]
-                at = float(raw.strip())
-            except (OSError, ValueError):
-                at = self._clock()
-            path.unlink(missing_ok=True)
             uuids = list(by_name.values()) if name == "all" else [by_name[name]] if name in by_name else []
             if not uuids:
-                log.error("health_repair_unknown_gpu", request=name[:80], known=sorted(by_name))
+                self._bad_request(name, "names no GPU of this node (gpu-<minor> or all)")
                 continue
+            at = self._request_time(name)
+            if at is None or self._applied.get(name) == at:
+                continue
+            self._applied[name] = at
+            self._bad_requests.discard(name)
             for uuid in uuids:
                 book, cleared = repair(book, uuid, at)
-                log.info("gpu_repaired", device=self._name(uuid), gpu_uuid=uuid, cleared=[c.key for c in cleared])
+                if cleared:
+                    log.info("gpu_repaired", device=self._name(uuid), gpu_uuid=uuid, cleared=[c.key for c in cleared])
         return book
 
     def _report(self, before: HealthBook, after: HealthBook) -> None:
@@ -249,8 +339,4 @@ class HealthMonitor:
                 self._tell(Notice("GpuHealthy", f"{device} ({uuid}) is healthy again", warning=False))
 
     def _tell(self, notice: Notice) -> None:
-        if self._notify is not None:
-            try:
-                self._notify(notice)
-            except Exception:
-                log.exception("health_notice_failed", reason=notice.reason)
+        self._notices.put(notice)  # sent by the events thread ``run`` starts: never waited for here

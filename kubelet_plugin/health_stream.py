@@ -9,8 +9,8 @@ turn the devices Unknown instead of reporting stale health).
 
 Bounded: at most ``max_streams`` streams at once; a new one ends the oldest (the kubelet reconnects
 every 5 s after a stream ends and never needs two), so streams never take the worker threads
-prepare needs. A client that disconnects ends its stream at the next wake-up (at most
-``resend_s``; gRPC's callback wakes it at once). Registered by ``kubelet_plugin.main``.
+prepare needs: a replaced stream, one whose client hung up (gRPC's callback) and every stream at
+shutdown end at once, not at the next resend. Registered by ``kubelet_plugin.main``.
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ class HealthStreams:
             out.extend((name, status, message, int(alive_at)) for name in names)
         return sorted(out)
 
+    def _ended(self, stream: _Stream) -> bool:
+        return stream.ended.is_set() or self._stopping.is_set()
+
     def _open(self) -> _Stream:
         stream = _Stream()
         with self._lock:
@@ -111,8 +114,8 @@ class HealthStreams:
             version, book, alive_at = self._monitor.snapshot()
             while True:
                 yield response(self.entries(book, alive_at))
-                self._monitor.wait_for_change(version, self._resend_s)
-                if stream.ended.is_set() or self._stopping.is_set() or not context.is_active():
+                self._monitor.wait_for_change(version, self._resend_s, until=lambda: self._ended(stream))
+                if self._ended(stream) or not context.is_active():
                     return
                 version, book, alive_at = self._monitor.snapshot()
         finally:

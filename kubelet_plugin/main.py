@@ -30,6 +30,7 @@ from dra_driver.core.schema import gpu_device_name
 from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
 from dra_driver.files.checkpoint_store import BootIdError, CheckpointStore, Notice, read_boot_id
 from dra_driver.mig_backends.select import make_mig_backend
+from dra_driver.obs.ports import metrics_port_problem
 from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
@@ -130,9 +131,8 @@ def _health_monitor(settings: Settings, gpus: list[GpuInfo], link: ApiLink, *, b
     from dra_driver.sources.select import make_health_source
 
     uuids = [g.uuid for g in gpus]
-    source = make_health_source(fake_gpus=settings.fake_gpus, state_dir=settings.fake_gpu_state_dir, gpu_uuids=uuids)
     monitor = HealthMonitor(
-        source=source,
+        source=lambda: make_health_source(fake_gpus=settings.fake_gpus, state_dir=settings.fake_gpu_state_dir, gpu_uuids=uuids),
         gpus=gpus,
         store=HealthStore(settings.plugin_dir, boot_id),
         plugin_dir=settings.plugin_dir,
@@ -349,7 +349,9 @@ def _start_publisher(
         link.notify(Notice("DevicesNotPublished", message, warning=True))
 
     api = KubeSliceApi(api_client)
-    publisher = SlicePublisher(api, settings.driver_name, settings.node_name, on_refusal=refused, metrics=metrics)
+    publisher = SlicePublisher(
+        api, settings.driver_name, settings.node_name, on_refusal=refused, metrics=metrics, on_dropped=publication.on_dropped
+    )
 
     def run() -> None:
         publication.attach(publisher, api.server_minor_version)  # on this thread: the version is an API call
@@ -369,13 +371,29 @@ def _gc_loop(state: DeviceState, interval_s: float, stop: threading.Event) -> No
             log.exception("gc_failed")
 
 
-def run(settings: Settings, stop: threading.Event) -> int:
-    """Run the plugin until ``stop`` is set; return the exit code."""
-    structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
-    try:  # read once: the checkpoint and both simulators must agree on the boot
+def _preflight(settings: Settings) -> str | None:
+    """The node's boot id, and whether the metrics port is free, before any socket exists.
+
+    The boot id is read once: the checkpoint and both simulators must agree on the boot. None
+    (logged) when start-up must stop.
+    """
+    try:
         boot_id = read_boot_id(settings.boot_id_file)
     except BootIdError as err:
         log.error("boot_id_unreadable", error=str(err), hint="set BOOT_ID_FILE (--boot-id-file) to the node's boot id")
+        return None
+    if problem := metrics_port_problem(settings.metrics_address, settings.metrics_port):
+        # The kubelet must not register a plugin that is about to exit.
+        log.error("metrics_port_unavailable", error=problem, address=settings.metrics_address, port=settings.metrics_port)
+        return None
+    return boot_id
+
+
+def run(settings: Settings, stop: threading.Event) -> int:
+    """Run the plugin until ``stop`` is set; return the exit code."""
+    structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
+    boot_id = _preflight(settings)
+    if boot_id is None:
         return 2
     link = ApiLink(kubeconfig=settings.kubeconfig, node_name=settings.node_name, component=COMPONENT)
     link.start()  # beside finding the GPUs: NVML's calls release the interpreter lock

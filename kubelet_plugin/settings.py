@@ -7,6 +7,7 @@ the kubelet's conventions (socket directories) and the CDI runtimes' (``/var/run
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,8 +125,10 @@ def parse(argv: list[str] | None = None) -> Settings:
     check_metrics_flags(p, a)
     if a.usage_interval < 0:
         p.error(f"--usage-interval: {a.usage_interval} is negative")
-    if a.health_check_interval <= 0 or a.health_hold <= 0:
-        p.error("--health-check-interval and --health-hold must be positive")
+    if not all(math.isfinite(v) and v > 0 for v in (a.health_check_interval, a.health_hold)):
+        p.error("--health-check-interval and --health-hold must be positive numbers")
+    if not math.isfinite(a.usage_interval):
+        p.error(f"--usage-interval: {a.usage_interval} is not a number")
     if a.gc_interval < 0:
         p.error(f"--gc-interval: {a.gc_interval} is negative")
     plugin_dir = Path(a.plugin_dir or f"/var/lib/kubelet/plugins/{driver}").absolute()

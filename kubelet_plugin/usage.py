@@ -206,6 +206,7 @@ class UsageSampler:
         self._first_seen: dict[str, float] = {}
         self.interval_s = interval_s
         self._clock = clock
+        self._started = clock()
         self._snapshot = UsageSnapshot()
         self._failing: str | None = None
         self.last_pass_cpu_s = 0.0
@@ -229,7 +230,9 @@ class UsageSampler:
         uids = {p.target.claim_uid for p in prepared}
         for uid in uids - self._first_seen.keys():
             at = self._prepared_at(uid)
-            self._first_seen[uid] = now if at is None else at
+            # A claim prepared before this sampler started (a plugin restart) may have been busy until
+            # a moment ago: its idle clock starts at the first sample, not at its prepare.
+            self._first_seen[uid] = now if at is None or at < self._started else at
         for uid in [u for u in self._first_seen if u not in uids]:
             del self._first_seen[uid]
         if self._pods is not None:

@@ -179,10 +179,16 @@ class SlicePublisher:
         debounce_s: float = 0.2,
         on_refusal: Callable[[str], None] | None = None,
         metrics: PublisherMetricsHook | None = None,
+        on_dropped: Callable[[list[str]], None] | None = None,
     ) -> None:
-        """``on_refusal`` is called once with the message when the pool is refused (see the module docstring)."""
+        """``on_refusal`` is called once with the message when the pool is refused (see the module docstring).
+
+        ``on_dropped`` hears the paths of every write the server dropped fields from (the plugin
+        withholds unhealthy GPUs when their ``taints`` are dropped: ``kubelet_plugin.health_taints``).
+        """
         self._api = api
         self._metrics = metrics
+        self._on_dropped = on_dropped
         self._on_refusal = on_refusal
         self._refused: str | None = None  # why the pool is not published; sticky for this process
         self._driver = driver
@@ -409,6 +415,8 @@ class SlicePublisher:
             self._log.error("slice_fields_dropped", slice=name, fields=dropped, likely_cause=DROPPED_FIELDS_CAUSE)
             if self._metrics is not None:
                 self._metrics.fields_dropped(dropped)
+            if self._on_dropped is not None:
+                self._on_dropped(dropped)
             refusing = sorted(f for f in dropped if _field(f) in REFUSED_WHEN_DROPPED)
             if refusing:
                 gate, effect = REFUSED_WHEN_DROPPED[_field(refusing[0])]

@@ -16,6 +16,7 @@ import yaml
 from dra_driver.appkit.inventory import carve_layout, node_publication
 from dra_driver.cli.explain import add_explain_parser
 from dra_driver.cli.health import add_health_parser
+from dra_driver.cli.top import add_top_parser
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
 from dra_driver.core.mig import MigError, MigStrategy
 from dra_driver.core.slices import slice_objects, split_pool
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     inv.set_defaults(func=_inventory)
     add_explain_parser(sub)
     add_health_parser(sub)
+    add_top_parser(sub)
     return p
 
 

@@ -155,7 +155,15 @@ class Condition:
     severity: Severity
     clears: Clears
     since: float
+    """When it was first seen."""
     message: str
+    last_seen: float = 0.0
+    """When it was last seen (a recurrence); ``seen`` is the later of the two."""
+
+    @property
+    def seen(self) -> float:
+        """When it was last seen: what a repair and the hold are measured against."""
+        return max(self.since, self.last_seen)
 
     def to_json(self) -> dict[str, Any]:
         """The persisted form."""
@@ -165,6 +173,7 @@ class Condition:
             "severity": self.severity.value,
             "clears": self.clears.value,
             "since": self.since,
+            "lastSeen": self.seen,
             "message": self.message,
         }
 
@@ -192,10 +201,17 @@ class HealthBook:
 
 @dataclass(frozen=True, slots=True)
 class TaintPolicy:
-    """What the cluster allows: eviction of pods on fatal causes, and the ``None`` effect (1.35+)."""
+    """What the cluster allows.
+
+    Eviction of pods on fatal causes, the ``None`` effect (1.35+), how many taints a device may
+    carry (16; 4 before 1.35), and whether taints reach the scheduler at all.
+    """
 
     evict_fatal: bool = False
     effect_none: bool = True
+    max_taints: int = 16
+    withhold_unhealthy: bool = False
+    """The server drops taints (``DRADeviceTaints`` off): leave the devices of an unhealthy GPU out instead."""
 
 
 def classify_xid(xid: int) -> tuple[Severity, str, bool]:
@@ -221,28 +237,33 @@ def condition_for(event: HealthEvent) -> Condition | None:
             raise ValueError(f"XID event on {event.gpu_uuid} without a valid XID number: {event.xid!r}")
         severity, what, _ = classify_xid(event.xid)
         clears = Clears.HOLD if severity in (Severity.APPLICATION, Severity.INFORMATIONAL) else Clears.REPAIR
-        return Condition(KEY_XID, str(event.xid), severity, clears, event.at, _clip(f"XID {event.xid}: {what}{detail}"))
+        return Condition(KEY_XID, str(event.xid), severity, clears, event.at, _clip(f"XID {event.xid}: {what}{detail}"), event.at)
     if event.kind == "double-bit-ecc":
         msg = _clip(f"double-bit ECC error{detail}")
-        return Condition(KEY_ECC, "double-bit", Severity.FATAL, Clears.REPAIR, event.at, msg)
+        return Condition(KEY_ECC, "double-bit", Severity.FATAL, Clears.REPAIR, event.at, msg, event.at)
     if event.kind == "gpu-lost":
         msg = _clip(f"GPU lost{detail}")
-        return Condition(KEY_GPU_LOST, "lost", Severity.FATAL, Clears.REPAIR, event.at, msg)
+        return Condition(KEY_GPU_LOST, "lost", Severity.FATAL, Clears.REPAIR, event.at, msg, event.at)
     if event.kind == "gpu-reset":
         return None
     raise ValueError(f"unknown health event kind {event.kind!r}; known: {', '.join(EVENT_KINDS)}")
 
 
 def _merge(old: Condition | None, new: Condition) -> Condition:
-    """One condition per key: the more severe wins; at equal severity the newer (its first time kept)."""
+    """One condition per key: the more severe wins; at equal severity the newer (its first time kept).
+
+    A milder recurrence still counts as a sighting of the kept one (``last_seen``): a repair asked for
+    before it, or the hold, must not clear what is still happening.
+    """
     if old is None:
         return new
     if _RANK[new.severity] > _RANK[old.severity]:
         return new
     if _RANK[new.severity] < _RANK[old.severity]:
-        return old
+        return replace(old, last_seen=max(old.seen, new.seen))
     stricter = old.clears if old.clears is Clears.REPAIR else new.clears
-    return replace(new, clears=stricter, since=min(old.since, new.since) if new.value == old.value else new.since)
+    since = min(old.since, new.since) if new.value == old.value else new.since
+    return replace(new, clears=stricter, since=since, last_seen=max(old.seen, new.seen))
 
 
 def record_event(book: HealthBook, event: HealthEvent) -> HealthBook:
@@ -261,17 +282,17 @@ def check_conditions(check: GpuCheck, at: float) -> list[Condition]:
     """The conditions one check sees on a GPU (the ``check`` kind: they clear when no longer seen)."""
     out: list[Condition] = []
     if check.lost:
-        out.append(Condition(KEY_GPU_LOST, "lost", Severity.FATAL, Clears.CHECK, at, "GPU lost: NVML cannot reach it"))
+        out.append(Condition(KEY_GPU_LOST, "lost", Severity.FATAL, Clears.CHECK, at, "GPU lost: NVML cannot reach it", at))
     if check.remap_failed:
         msg = "row remapping failed: the GPU's memory cannot be repaired"
-        out.append(Condition(KEY_MEMORY_REPAIR, "remap-failed", Severity.FATAL, Clears.CHECK, at, msg))
+        out.append(Condition(KEY_MEMORY_REPAIR, "remap-failed", Severity.FATAL, Clears.CHECK, at, msg, at))
     elif check.remap_pending or check.retirement_pending:
         value = "remap-pending" if check.remap_pending else "retirement-pending"
         msg = "memory repair recorded, waiting for a GPU reset (drain the GPU, then reset it)"
-        out.append(Condition(KEY_MEMORY_REPAIR, value, Severity.DEGRADED, Clears.CHECK, at, msg))
+        out.append(Condition(KEY_MEMORY_REPAIR, value, Severity.DEGRADED, Clears.CHECK, at, msg, at))
     if check.error:
         msg = _clip(f"health check failed, the GPU is not monitored: {check.error}")
-        out.append(Condition(KEY_UNMONITORED, "check-failed", Severity.INFORMATIONAL, Clears.CHECK, at, msg))
+        out.append(Condition(KEY_UNMONITORED, "check-failed", Severity.INFORMATIONAL, Clears.CHECK, at, msg, at))
     return out
 
 
@@ -282,7 +303,9 @@ def record_check(book: HealthBook, gpu_uuid: str, check: GpuCheck, at: float) ->
     seen = []
     for c in check_conditions(check, at):
         old = previous.get(c.key)
-        seen.append(replace(c, since=old.since) if old is not None and old.value == c.value else c)
+        # Seen again: its times stay (a check condition is neither repaired nor held), so a pass that
+        # sees the same as the last one changes nothing: no write, no republication.
+        seen.append(replace(c, since=old.since, last_seen=old.last_seen) if old is not None and old.value == c.value else c)
     seen_keys = {c.key for c in seen}
     others = [c for c in current if c.clears is not Clears.CHECK and not (c.key in seen_keys and _outranked(c, seen))]
     merged = {c.key: c for c in others}
@@ -301,7 +324,7 @@ def repair(book: HealthBook, gpu_uuid: str, at: float) -> tuple[HealthBook, list
     ``check`` conditions stay (a repair cannot make a lost GPU answer; the next check decides).
     Returns the new book and the conditions cleared.
     """
-    cleared = [c for c in book.of(gpu_uuid) if c.clears is not Clears.CHECK and c.since <= at]
+    cleared = [c for c in book.of(gpu_uuid) if c.clears is not Clears.CHECK and c.seen <= at]
     kept = [c for c in book.of(gpu_uuid) if c not in cleared]
     return book.with_conditions(gpu_uuid, kept), cleared
 
@@ -310,7 +333,7 @@ def expire(book: HealthBook, now: float, hold_s: float) -> HealthBook:
     """Drop ``hold`` conditions older than ``hold_s``."""
     out = book
     for uuid, conds in book.conditions.items():
-        kept = [c for c in conds if not (c.clears is Clears.HOLD and now - c.since >= hold_s)]
+        kept = [c for c in conds if not (c.clears is Clears.HOLD and now - c.seen >= hold_s)]
         if len(kept) != len(conds):
             out = out.with_conditions(uuid, kept)
     return out
@@ -318,7 +341,7 @@ def expire(book: HealthBook, now: float, hold_s: float) -> HealthBook:
 
 def next_expiry(book: HealthBook, hold_s: float) -> float | None:
     """When the next ``hold`` condition expires (None: none will)."""
-    times = [c.since + hold_s for conds in book.conditions.values() for c in conds if c.clears is Clears.HOLD]
+    times = [c.seen + hold_s for conds in book.conditions.values() for c in conds if c.clears is Clears.HOLD]
     return min(times) if times else None
 
 
@@ -332,13 +355,16 @@ def taint_effect(severity: Severity, policy: TaintPolicy) -> str | None:
 
 
 def taints_for(conds: Sequence[Condition], driver: str, policy: TaintPolicy) -> list[dict[str, str]]:
-    """The device taints of a GPU's conditions, sorted by key (at most one per key)."""
-    out = []
-    for c in sorted(conds, key=lambda c: c.key):
+    """The device taints of a GPU's conditions, sorted by key (one per key).
+
+    The most severe are kept when there are more than the server allows per device.
+    """
+    out: list[dict[str, str]] = []
+    for c in sorted(conds, key=lambda c: (-_RANK[c.severity], c.key)):
         effect = taint_effect(c.severity, policy)
-        if effect is not None:
+        if effect is not None and len(out) < policy.max_taints:
             out.append({"key": f"{driver}/{c.key}", "value": c.value, "effect": effect})
-    return out
+    return sorted(out, key=lambda t: t["key"])
 
 
 def tainted_devices(
@@ -348,11 +374,17 @@ def tainted_devices(
     driver: str,
     policy: TaintPolicy,
 ) -> list[DeviceSpec]:
-    """The node's devices with their GPU's taints: the GPU, each MIG placement and share on it."""
+    """The node's devices with their GPU's taints: the GPU, each MIG placement and share on it.
+
+    With ``policy.withhold_unhealthy`` the devices of an unhealthy GPU are left out instead (their
+    taints would be dropped by the server, and the scheduler would hand them out).
+    """
     out = []
     for dev in devices:
         target = targets.get(dev.name)
         conds = book.of(target.gpu.uuid) if target is not None else ()
+        if conds and policy.withhold_unhealthy and is_unhealthy(conds):
+            continue
         taints = taints_for(conds, driver, policy) if conds else []
         out.append(replace(dev, extra={**dev.extra, "taints": taints}) if taints else dev)
     return out
@@ -434,9 +466,12 @@ def _condition(raw: Any, where: str) -> Condition:
         raise HealthRecordError(f"{where}: value {value!r} is not a label value")
     if not isinstance(message, str) or len(message) > MAX_MESSAGE:
         raise HealthRecordError(f"{where}: message is not a string of at most {MAX_MESSAGE} characters")
-    if isinstance(since, bool) or not isinstance(since, (int, float)) or not 0 <= since < 1e11:
-        raise HealthRecordError(f"{where}: since {since!r} is not a Unix time")
-    return Condition(key, value, severity, clears, float(since), message)
+    times: list[float] = []
+    for t in (since, raw.get("lastSeen", since)):
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1e11:
+            raise HealthRecordError(f"{where}: {str(t)[:40]} is not a Unix time")
+        times.append(float(t))
+    return Condition(key, value, severity, clears, times[0], message, times[1])
 
 
 def from_json(raw: Any) -> tuple[HealthBook, str, dict[str, int]]:
@@ -466,7 +501,7 @@ def from_json(raw: Any) -> tuple[HealthBook, str, dict[str, int]]:
 def unreadable_record_book(gpu_uuids: Iterable[str], at: float, why: str) -> HealthBook:
     """Fail closed when the record is lost: every GPU degraded until repaired (a fatal cause may hide there)."""
     msg = _clip(f"the health record could not be read ({why}): repair each GPU once checked (dra-gpu health repair)")
-    cond = Condition(KEY_HEALTH_RECORD, "unreadable", Severity.DEGRADED, Clears.REPAIR, at, msg)
+    cond = Condition(KEY_HEALTH_RECORD, "unreadable", Severity.DEGRADED, Clears.REPAIR, at, msg, at)
     return HealthBook({u: (cond,) for u in gpu_uuids})
 
 

@@ -15,8 +15,10 @@ e.g. right after a plugin restart):
 * ``dra_gpu_claim_idle_seconds``: how long the device has been idle, 0 while busy or unknown
   (the chart's ``DraGpuAllocatedIdle`` alert: ``min by (namespace, claim)`` of it);
 * ``dra_gpu_claim_process_gpu_utilization_ratio`` and ``dra_gpu_claim_process_memory_used_bytes``,
-  with a ``pid`` label: per process, only where the source gives it (shared GPUs on NVML). On a
-  shared GPU the processes are the whole GPU's, not the claim's alone.
+  with a ``pid`` label: per process, only where the source gives it (shared GPUs on NVML), the
+  ``MAX_PROCESSES`` holding the most memory. On a shared GPU the processes are the whole GPU's,
+  not the claim's alone. The ``pod`` label names at most ``MAX_PODS_IN_LABEL`` pods (``,+N more``):
+  label values stay bounded however many pods share a claim.
 
 ``namespace`` and ``pod`` name the claim's, not the plugin's: a scrape that attaches the target's
 own ``namespace``/``pod`` labels (the Prometheus Operator's ServiceMonitor does) must honor the
@@ -28,7 +30,7 @@ name is not put in its place).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -36,7 +38,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from dra_driver.core.usage import UsageRow, UsageSnapshot
+from dra_driver.core.usage import ProcessUsage, UsageRow, UsageSnapshot
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +50,22 @@ MEMORY = "dra_gpu_claim_memory_used_bytes"
 IDLE = "dra_gpu_claim_idle_seconds"
 PROCESS_UTILIZATION = "dra_gpu_claim_process_gpu_utilization_ratio"
 PROCESS_MEMORY = "dra_gpu_claim_process_memory_used_bytes"
+
+
+MAX_PODS_IN_LABEL = 4
+MAX_PROCESSES = 8
+
+
+def pods_label(pods: Sequence[str]) -> str:
+    """The ``pod`` label: the claim's pods, sorted, at most ``MAX_PODS_IN_LABEL`` named (``+N more``)."""
+    shown = sorted(pods)[:MAX_PODS_IN_LABEL]
+    more = len(pods) - len(shown)
+    return ",".join(shown) + (f",+{more} more" if more else "")
+
+
+def top_processes(processes: Sequence[ProcessUsage]) -> list[ProcessUsage]:
+    """The ``MAX_PROCESSES`` processes holding the most memory (bounded series per device)."""
+    return sorted(processes, key=lambda p: (-(p.memory_bytes or 0), p.pid))[:MAX_PROCESSES]
 
 
 class UsageCollector(Collector):
@@ -71,7 +89,7 @@ class UsageCollector(Collector):
         yield from self._families(snap)
 
     def _labels(self, row: UsageRow) -> list[str]:
-        return [row.namespace, row.claim, self._node, row.device, ",".join(row.pods)]
+        return [row.namespace, row.claim, self._node, row.device, pods_label(row.pods)]
 
     def _families(self, snap: UsageSnapshot) -> Iterator[Metric]:
         util = GaugeMetricFamily(
@@ -90,7 +108,7 @@ class UsageCollector(Collector):
             if row.memory_used_bytes is not None:
                 mem.add_metric(labels, row.memory_used_bytes)
             idle.add_metric(labels, row.idle_seconds)
-            for p in row.processes:
+            for p in top_processes(row.processes):
                 plabels = [*labels, str(p.pid)]
                 if p.utilization is not None:
                     putil.add_metric(plabels, p.utilization)

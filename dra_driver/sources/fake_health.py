@@ -146,7 +146,7 @@ class FakeHealthSource:
         self._position = 0
         self._sleep = sleep
         self._clock = clock
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._warned = ""
 
     def resume(self, position: int) -> None:
@@ -171,7 +171,7 @@ class FakeHealthSource:
             st = self._path.stat()
         except FileNotFoundError:
             return False
-        stamp = (st.st_mtime_ns, st.st_size)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if stamp == self._stamp:
             return False
         self._stamp = stamp

@@ -95,7 +95,8 @@ class NvmlHealthSource:
         self._closed = False
         n = self._n
         self._types = int(n.nvmlEventTypeXidCriticalError) | int(n.nvmlEventTypeDoubleBitEccError)
-        self._lost_codes = {int(n.NVML_ERROR_GPU_IS_LOST), int(n.NVML_ERROR_UNKNOWN)}
+        # Only NVML's own word: UNKNOWN can be transient, and "lost" is fatal (with eviction on, pods go).
+        self._lost_codes = {int(n.NVML_ERROR_GPU_IS_LOST)}
         self._unsupported_codes = {int(n.NVML_ERROR_NOT_SUPPORTED), int(n.NVML_ERROR_FUNCTION_NOT_FOUND)}
         self.start()
 

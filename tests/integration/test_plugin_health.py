@@ -189,3 +189,28 @@ def test_a_broken_fault_file_and_hung_up_health_streams_never_stop_prepare(plugi
     assert time.monotonic() - started < 5
     assert resp.claims["uid-none"].error  # answered (the claim does not exist), not blocked
     assert plugin.proc is not None and plugin.proc.poll() is None
+
+
+def test_streams_held_open_never_starve_prepare_nor_hold_up_shutdown(plugin: PluginProcess) -> None:
+    from proto.health.v1 import api_pb2 as pb
+    from proto.health.v1 import api_pb2_grpc as pb_grpc
+
+    channels = [grpc.insecure_channel(f"unix://{plugin.dra_socket}") for _ in range(8)]
+    try:
+        # Eight kubelets' worth of streams, all kept open: each new one ends the oldest at once (at most
+        # two are served), so the DRA server's eight workers stay free for prepare.
+        streams = [
+            pb_grpc.DRAResourceHealthStub(ch).NodeWatchResources(pb.NodeWatchResourcesRequest(), timeout=60) for ch in channels
+        ]
+        for st in streams:
+            next(iter(st))
+        started = time.monotonic()
+        resp = plugin.prepare([("default", "uid-none", "no-such-claim")])
+        assert time.monotonic() - started < 3, "prepare waited for workers held by health streams"
+        assert resp.claims["uid-none"].error
+        started = time.monotonic()
+        assert 0 == plugin.stop()
+        assert time.monotonic() - started < 8, "open health streams held up the shutdown grace period"
+    finally:
+        for ch in channels:
+            ch.close()

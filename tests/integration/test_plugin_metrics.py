@@ -117,6 +117,7 @@ def test_a_metrics_port_already_taken_stops_the_plugin_with_exit_code_2_and_one_
     assert "plugin_failed" not in {e.get("event") for e in events}
     assert "Traceback" not in plugin.log.read_text()
     assert not plugin.reg_socket.exists() and not plugin.dra_socket.exists()  # the kubelet is not left a dead socket
+    assert "sockets_listening" not in {e.get("event") for e in events}  # found before the kubelet could register it
 
 
 def test_the_controller_counts_its_slice_writes_on_its_metrics_port(tmp_path: Path, apiserver: LocalCluster) -> None:

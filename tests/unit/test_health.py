@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -202,7 +203,7 @@ def test_the_monitor_folds_events_persists_notifies_and_applies_repairs(tmp_path
     notices: list[str] = []
     now = [1000.0]
     monitor = HealthMonitor(
-        source=source,
+        source=lambda: source,
         gpus=gpus,
         store=HealthStore(tmp_path, "boot-1"),
         plugin_dir=tmp_path,
@@ -215,19 +216,23 @@ def test_the_monitor_folds_events_persists_notifies_and_applies_repairs(tmp_path
     version = monitor.snapshot()[0]
     source.queue = [HealthEvent(gpus[0].uuid, "xid", 999.0, 79), HealthEvent("GPU-stranger", "xid", 999.0, 79)]
     monitor.step()
+    monitor.drain_notices()
     assert ["xid"] == [c.key for c in changes[-1].of(gpus[0].uuid)] and ["GpuUnhealthy"] == notices
     assert monitor.wait_for_change(version, 0.0) != version  # streams wake
     assert 2 == from_json(json.loads((tmp_path / "health.json").read_bytes()))[2]["fake"]
     now[0] = 1001.0
     request_repair(tmp_path, "gpu-0")
     monitor.step()
+    monitor.drain_notices()
     assert HealthBook() == monitor.book and ["GpuUnhealthy", "GpuHealthy"] == notices
     with pytest.raises(ValueError, match="not a GPU device name"):
         request_repair(tmp_path, "../etc")
 
-    restarted = HealthMonitor(source=ScriptedSource(), gpus=gpus, store=HealthStore(tmp_path, "boot-1"), plugin_dir=tmp_path)
+    second = ScriptedSource()
+    restarted = HealthMonitor(source=lambda: second, gpus=gpus, store=HealthStore(tmp_path, "boot-1"), plugin_dir=tmp_path)
     restarted.load()
-    assert restarted._source.resumed_from == 2  # type: ignore[attr-defined]
+    restarted.step()
+    assert second.resumed_from == 2  # no replay after a restart
 
 
 def test_the_monitor_loop_survives_a_failing_source(tmp_path: Path) -> None:
@@ -238,7 +243,7 @@ def test_the_monitor_loop_survives_a_failing_source(tmp_path: Path) -> None:
     gpus = FakeGpuSource("h100x8", "node-a").gpus()[:1]
     stop = threading.Event()
     monitor = HealthMonitor(
-        source=Broken(), gpus=gpus, store=HealthStore(tmp_path, "b"), plugin_dir=tmp_path, config=MonitorConfig(event_wait_s=0.01)
+        source=Broken, gpus=gpus, store=HealthStore(tmp_path, "b"), plugin_dir=tmp_path, config=MonitorConfig(event_wait_s=0.01)
     )
     t = threading.Thread(target=monitor.run, args=(stop,))
     t.start()
@@ -246,3 +251,97 @@ def test_the_monitor_loop_survives_a_failing_source(tmp_path: Path) -> None:
     stop.set()
     t.join(2.0)
     assert not t.is_alive()
+
+
+def _monitor(tmp_path: Path, source: ScriptedSource, now: list[float], store: HealthStore | None = None) -> HealthMonitor:
+    gpus = FakeGpuSource("h100x8", "node-a").gpus()[:2]
+    return HealthMonitor(
+        source=lambda: source,
+        gpus=gpus,
+        store=store or HealthStore(tmp_path, "boot-1"),
+        plugin_dir=tmp_path,
+        config=MonitorConfig(check_interval_s=5.0, hold_s=60.0, event_wait_s=0.0),
+        clock=lambda: now[0],
+    )
+
+
+GPU0 = FakeGpuSource("h100x8", "node-a").gpus()[0].uuid
+
+
+def test_events_read_in_a_pass_that_fails_are_folded_in_by_the_next(tmp_path: Path) -> None:
+    class FailingOnce(HealthStore):
+        failed = False
+
+        def save(self, book: HealthBook, consumed: Mapping[str, int]) -> None:
+            if not self.failed:
+                self.failed = True
+                raise OSError(28, "No space left on device")
+            super().save(book, consumed)
+
+    source = ScriptedSource()
+    monitor = _monitor(tmp_path, source, [1000.0], FailingOnce(tmp_path, "boot-1"))
+    source.queue = [HealthEvent(GPU0, "xid", 999.0, 48)]
+    with pytest.raises(OSError, match="No space"):
+        monitor.step()
+    assert HealthBook() == monitor.book  # nothing half-applied
+    monitor.step()  # the source has nothing new: the event kept from the failed pass is applied
+    assert ["48"] == [c.value for c in monitor.book.of(GPU0)]
+
+
+def test_hostile_repair_requests_never_stop_the_monitor(tmp_path: Path) -> None:
+    repairs = tmp_path / "health-repairs"
+    repairs.mkdir()
+    (repairs / "gpu-0").mkdir()  # a directory where a request should be
+    os.mkfifo(repairs / "gpu-1")  # a FIFO: reading it would block
+    (repairs / "all").write_text("not a time")
+    (repairs / "gpu-99").write_text("1")  # no such GPU
+    for i in range(80):
+        (repairs / f".dra-gpu-tmp-{i}").write_text("x")  # stale temp files do not crowd out requests
+    source = ScriptedSource()
+    monitor = _monitor(tmp_path, source, [1000.0])
+    source.queue = [HealthEvent(GPU0, "xid", 999.0, 79)]
+    monitor.step()
+    monitor.step()
+    assert ["79"] == [c.value for c in monitor.book.of(GPU0)]  # events applied, bad requests ignored
+
+
+def test_the_requests_directory_being_a_file_does_not_stop_the_monitor(tmp_path: Path) -> None:
+    (tmp_path / "health-repairs").write_text("oops")
+    source = ScriptedSource()
+    monitor = _monitor(tmp_path, source, [1000.0])
+    source.queue = [HealthEvent(GPU0, "xid", 999.0, 79)]
+    monitor.step()
+    assert ["79"] == [c.value for c in monitor.book.of(GPU0)]
+
+
+def test_a_repair_does_not_clear_a_fault_that_recurred_after_it_was_asked_for() -> None:
+    book = record_event(HealthBook(), xid(48, at=10.0))
+    book = record_event(book, xid(48, at=30.0))  # again, after the request below was made
+    book, cleared = repair(book, "GPU-a", 20.0)
+    assert [] == cleared and ["48"] == [c.value for c in book.of("GPU-a")]
+    assert 10.0 == book.of("GPU-a")[0].since
+
+
+def test_the_hold_runs_from_the_last_sighting_of_an_informational_cause() -> None:
+    book = record_event(record_event(HealthBook(), xid(31, at=1000.0)), xid(31, at=1590.0))
+    assert ["31"] == [c.value for c in expire(book, 1601.0, 600.0).of("GPU-a")]
+    assert () == expire(book, 2190.0, 600.0).of("GPU-a")
+
+
+def test_both_plugins_of_a_rolling_update_apply_a_repair_and_once_each(tmp_path: Path) -> None:
+    now = [1000.0]
+    old, new = ScriptedSource(), ScriptedSource()
+    a, b = _monitor(tmp_path, old, now), _monitor(tmp_path, new, now)
+    old.queue = [HealthEvent(GPU0, "xid", 999.0, 79)]
+    new.queue = [HealthEvent(GPU0, "xid", 999.0, 79)]
+    a.step()
+    b.step()
+    request_repair(tmp_path, "gpu-0", at=1000.0)
+    a.step()
+    b.step()
+    assert HealthBook() == a.book == b.book
+    assert (tmp_path / "health-repairs" / "gpu-0").exists()  # left for the other plugin (and harmless later)
+    new.queue = [HealthEvent(GPU0, "xid", 1001.0, 79)]
+    b.step()
+    b.step()  # the same request is not applied again to what came after it
+    assert ["79"] == [c.value for c in b.book.of(GPU0)]

@@ -274,8 +274,8 @@ def test_event_set_that_cannot_be_created_leaves_every_gpu_unmonitored_and_event
 
 @pytest.mark.parametrize(
     "code",
-    [pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_NOT_FOUND],
-    ids=["lost", "unknown", "gone"],
+    [pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_NOT_FOUND],
+    ids=["lost", "gone"],
 )
 def test_gpu_that_fails_its_handle_lookup_after_it_existed_is_lost(nvml: FakeNvml, source: NvmlHealthSource, code: int) -> None:
     nvml.lookup_error[A] = code
@@ -286,6 +286,13 @@ def test_gpu_that_fails_its_handle_lookup_after_it_existed_is_lost(nvml: FakeNvm
 def test_gpu_lost_in_a_query_is_lost(nvml: FakeNvml, source: NvmlHealthSource, query: str) -> None:
     getattr(nvml, query)[A] = pynvml.NVML_ERROR_GPU_IS_LOST
     assert GpuCheck(lost=True) == source.check([A])[A]
+
+
+def test_an_unknown_nvml_error_is_not_taken_for_a_lost_gpu(nvml: FakeNvml, source: NvmlHealthSource) -> None:
+    """UNKNOWN can be transient; a lost GPU is fatal (evicting with health.evict), so only NVML's own word counts."""
+    nvml.lookup_error[A] = pynvml.NVML_ERROR_UNKNOWN
+    got = source.check([A])[A]
+    assert not got.lost and "Unknown Error" in got.error
 
 
 def test_gpu_never_found_is_an_error_not_lost(nvml: FakeNvml, clock: FakeTime) -> None:
