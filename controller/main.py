@@ -78,17 +78,15 @@ def parse(argv: list[str] | None = None) -> ControllerSettings:
 def run(settings: ControllerSettings, stop: threading.Event) -> int:
     """Publish the node's devices until ``stop`` is set; return the exit code (2: the metrics port is unusable)."""
     # Imported here, as the publisher's below, so that --help and flag errors load neither client.
-    from dra_driver.obs.metrics import MetricsPortError, MetricsServer, PublisherMetrics, new_registry, serve_metrics
+    from dra_driver.obs.metrics import MetricsServer, PublisherMetrics, new_registry, serve_or_log
 
     metrics: PublisherMetrics | None = None
     server: MetricsServer | None = None
     if settings.metrics_port >= 0:
         registry = new_registry()
         metrics = PublisherMetrics(registry)
-        try:
-            server = serve_metrics(registry, settings.metrics_address, settings.metrics_port)
-        except MetricsPortError as err:
-            log.error("metrics_port_unavailable", error=str(err), address=settings.metrics_address, port=settings.metrics_port)
+        server = serve_or_log(registry, settings.metrics_address, settings.metrics_port)
+        if server is None:
             return 2
     try:
         _publish(settings, stop, metrics)

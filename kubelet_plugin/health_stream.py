@@ -122,26 +122,13 @@ class HealthStreams:
             self._close(stream)
             log.info("health_stream_closed", pool=self._pool)
 
-    def _v1(self, entries: list[tuple[str, int, str, int]]) -> h1.NodeWatchResourcesResponse:
-        return h1.NodeWatchResourcesResponse(
+    def _response(self, pb: Any, entries: list[tuple[str, int, str, int]]) -> Any:
+        """The version's NodeWatchResourcesResponse (``pb``: its api_pb2; both versions' messages are the same)."""
+        return pb.NodeWatchResourcesResponse(
             devices=[
-                h1.DeviceHealth(
-                    device=h1.DeviceIdentifier(pool_name=self._pool, device_name=name),
-                    health=status,  # type: ignore[arg-type]  # the enum's numbers, shared by both versions
-                    last_updated_time=at,
-                    health_check_timeout_seconds=self._lease_s,
-                    message=message,
-                )
-                for name, status, message, at in entries
-            ]
-        )
-
-    def _v1alpha1(self, entries: list[tuple[str, int, str, int]]) -> h1a1.NodeWatchResourcesResponse:
-        return h1a1.NodeWatchResourcesResponse(
-            devices=[
-                h1a1.DeviceHealth(
-                    device=h1a1.DeviceIdentifier(pool_name=self._pool, device_name=name),
-                    health=status,  # type: ignore[arg-type]  # the enum's numbers, shared by both versions
+                pb.DeviceHealth(
+                    device=pb.DeviceIdentifier(pool_name=self._pool, device_name=name),
+                    health=status,
                     last_updated_time=at,
                     health_check_timeout_seconds=self._lease_s,
                     message=message,
@@ -157,12 +144,12 @@ class HealthStreams:
         class V1(h1_grpc.DRAResourceHealthServicer):
             def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
                 del request
-                return streams.watch(context, streams._v1)
+                return streams.watch(context, lambda entries: streams._response(h1, entries))
 
         class V1alpha1(h1a1_grpc.DRAResourceHealthServicer):
             def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
                 del request
-                return streams.watch(context, streams._v1alpha1)
+                return streams.watch(context, lambda entries: streams._response(h1a1, entries))
 
         h1_grpc.add_DRAResourceHealthServicer_to_server(V1(), server)
         h1a1_grpc.add_DRAResourceHealthServicer_to_server(V1alpha1(), server)

@@ -285,14 +285,7 @@ def _start_metrics(
     if slot is None:
         return None
     # Loaded only now, after the sockets serve: prometheus_client takes about 0.1 s to import.
-    from dra_driver.obs.metrics import (
-        MetricsPortError,
-        PluginMetrics,
-        PreparedClaimsCollector,
-        PublisherMetrics,
-        new_registry,
-        serve_metrics,
-    )
+    from dra_driver.obs.metrics import PluginMetrics, PreparedClaimsCollector, PublisherMetrics, new_registry, serve_or_log
 
     registry = new_registry()
     plugin = PluginMetrics(registry)
@@ -302,11 +295,9 @@ def _start_metrics(
     publisher = PublisherMetrics(registry)
     for register in extra:  # GPU health, per-claim usage
         register(registry)
-    try:
-        server = serve_metrics(registry, settings.metrics_address, settings.metrics_port)
-    except MetricsPortError as err:
-        log.error("metrics_port_unavailable", error=str(err), address=settings.metrics_address, port=settings.metrics_port)
-        raise _MetricsUnavailable from err
+    server = serve_or_log(registry, settings.metrics_address, settings.metrics_port)
+    if server is None:  # taken since the check before the sockets
+        raise _MetricsUnavailable
     slot.sink = plugin
     return _Metrics(server, publisher)
 

@@ -21,7 +21,7 @@ import structlog
 from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.flags import DEFAULT_METRICS_ADDRESS, add_metrics_flags, check_metrics_flags, env
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
-from dra_driver.obs.metrics import MetricsPortError, MetricsServer, WebhookMetrics, new_registry, serve_metrics
+from dra_driver.obs.metrics import MetricsServer, WebhookMetrics, new_registry, serve_or_log
 from webhook.admission import VALIDATE_PATH
 from webhook.server import TlsFiles, WebhookServer
 
@@ -108,10 +108,8 @@ def serve(settings: WebhookSettings, stop: threading.Event) -> int:
     if settings.metrics_port >= 0:
         registry = new_registry()
         metrics = WebhookMetrics(registry)
-        try:
-            metrics_server = serve_metrics(registry, settings.metrics_address, settings.metrics_port)
-        except MetricsPortError as err:
-            log.error("metrics_port_unavailable", error=str(err), address=settings.metrics_address, port=settings.metrics_port)
+        metrics_server = serve_or_log(registry, settings.metrics_address, settings.metrics_port)
+        if metrics_server is None:
             return 2
     try:
         server = WebhookServer((settings.bind_address, settings.port), tls=tls, driver=settings.driver_name, metrics=metrics)

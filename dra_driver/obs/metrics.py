@@ -456,6 +456,15 @@ def serve_metrics(registry: CollectorRegistry, address: str, port: int) -> Metri
     return MetricsServer(bound, httpd, thread)
 
 
+def serve_or_log(registry: CollectorRegistry, address: str, port: int) -> MetricsServer | None:
+    """``serve_metrics``, or None after logging ``metrics_port_unavailable`` (the daemon then exits 2)."""
+    try:
+        return serve_metrics(registry, address, port)
+    except MetricsPortError as err:
+        log.error("metrics_port_unavailable", error=str(err), address=address, port=port)
+        return None
+
+
 def _start(registry: CollectorRegistry, host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
     httpd, thread = start_http_server(port, addr=host, registry=registry)
     thread.name = "metrics-http"
