@@ -159,6 +159,22 @@ def _usage_sampler(settings: Settings, state: DeviceState, publication: Publicat
     )
 
 
+def _usage_loop(usage: UsageSampler, state: DeviceState, link: ApiLink, pods: PodNotes, stop: threading.Event) -> None:
+    """The usage sampler's thread: the pods of claims prepared before a restart, then samples until ``stop``.
+
+    One claim read each, which prepare makes only for new claims: without it their ``pod`` label
+    would stay empty until the next garbage collection pass.
+    """
+    for entry in list(state.prepared_snapshot().values()):
+        if stop.is_set():
+            return
+        try:
+            pods.note(link.get_claim(entry.namespace, entry.name))
+        except Exception as err:  # noqa: BLE001 - the pod label stays empty until the GC pass reads the claim
+            log.debug("usage_claim_unreadable", claim=f"{entry.namespace}/{entry.name}", error=str(err))
+    usage.run(stop)
+
+
 def _monitoring_collectors(
     settings: Settings, gpus: list[GpuInfo], monitor: HealthMonitor | None, usage: UsageSampler | None
 ) -> list[Callable[[CollectorRegistry], object]]:
@@ -426,7 +442,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         api_client, metrics = _after_sockets(settings, state, link, servers, report=report, slot=slot, extra=extra)
         _start_monitor(monitor, tainted, stop)
         if usage is not None:
-            threading.Thread(target=usage.run, args=(stop,), name="gpu-usage", daemon=True).start()
+            threading.Thread(target=_usage_loop, args=(usage, state, link, pods, stop), name="gpu-usage", daemon=True).start()
         if settings.gc_interval_s > 0:
             threading.Thread(target=_gc_loop, args=(state, settings.gc_interval_s, stop), name="claim-gc", daemon=True).start()
 

@@ -118,3 +118,19 @@ def test_top_reports_a_plugin_it_cannot_read_and_exits_1(tmp_path: Path) -> None
     )  # fmt: skip
     assert 1 == out.returncode
     assert "could not read http://127.0.0.1:9/metrics" in out.stderr
+
+
+def test_after_a_restart_the_claims_already_prepared_get_their_pods_back(tmp_path: Path, apiserver: LocalCluster) -> None:
+    p = PluginProcess(tmp_path, kubeconfig=apiserver.kubeconfig, extra_args=ARGS)
+    p.start()
+    try:
+        ref = claim_with_pods(apiserver, f"kept-{uuid.uuid4().hex[:6]}", "gpu-4", ["worker-0"])
+        assert not p.prepare([ref]).claims[ref[1]].error
+        assert 0 == p.stop()
+        p.start()  # no prepare after this: the plugin reads the claim once on its own
+        wait_for(
+            "the pod label", lambda: value(scrape(p), "dra_gpu_claim_idle_seconds", claim=ref[2], pod="worker-0") is not None
+        )
+        assert not p.unprepare([ref]).claims[ref[1]].error
+    finally:
+        p.stop()
