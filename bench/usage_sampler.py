@@ -14,6 +14,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -49,11 +50,11 @@ def claims_and_targets() -> tuple[dict[str, ClaimEntry], dict[str, DeviceTarget]
     return claims, targets
 
 
-def cpu_ms(fn: object, n: int) -> list[float]:
+def cpu_ms(fn: Callable[[], object], n: int) -> list[float]:
     out = []
     for _ in range(n):
         t0 = time.thread_time()
-        fn()  # type: ignore[operator]
+        fn()
         out.append((time.thread_time() - t0) * 1000)
     return out
 

@@ -142,12 +142,12 @@ class HealthStreams:
         streams = self
 
         class V1(h1_grpc.DRAResourceHealthServicer):
-            def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
+            def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802 - gRPC name
                 del request
                 return streams.watch(context, lambda entries: streams._response(h1, entries))
 
         class V1alpha1(h1a1_grpc.DRAResourceHealthServicer):
-            def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
+            def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802 - gRPC name
                 del request
                 return streams.watch(context, lambda entries: streams._response(h1a1, entries))
 

@@ -450,7 +450,7 @@ def serve_metrics(registry: CollectorRegistry, address: str, port: int) -> Metri
                 f"choose another with {METRICS_FLAGS}, or -1 to turn metrics off"
             ) from err
         log.info("metrics_ipv6_unavailable", error=str(err), address="0.0.0.0")  # noqa: S104 - every address, as asked
-        return serve_metrics(registry, "0.0.0.0", port)  # noqa: S104
+        return serve_metrics(registry, "0.0.0.0", port)  # noqa: S104 - every IPv4 address: "::" was asked for
     bound = int(httpd.server_address[1])
     log.info("metrics_listening", address=address, port=bound, path="/metrics")
     return MetricsServer(bound, httpd, thread)

@@ -110,9 +110,15 @@ class Script:
         }
 
 
+MAX_NUMBER = 1e15
+"""Larger magnitudes are refused (an int beyond a float's range would overflow, not be an error)."""
+
+
 def _number(raw: Any, where: str, *, lo: float | None = None, hi: float | None = None) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
-        raise ScriptError(f"{where}: {raw!r} is not a number")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise ScriptError(f"{where}: {str(raw)[:40]} is not a number")
+    if (isinstance(raw, int) and abs(raw) > MAX_NUMBER) or not math.isfinite(raw) or abs(raw) > MAX_NUMBER:
+        raise ScriptError(f"{where}: not a finite number of at most {MAX_NUMBER:g}")
     if (lo is not None and raw < lo) or (hi is not None and raw > hi):
         raise ScriptError(f"{where}: {raw} is not in [{lo}, {hi}]")
     return float(raw)
@@ -125,8 +131,8 @@ def _utilization(raw: Any, where: str) -> float | None:
 def _memory(raw: Any, where: str) -> int | None:
     if raw is None:
         return None
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-        raise ScriptError(f"{where}: {raw!r} is not a byte count")
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= MAX_NUMBER:
+        raise ScriptError(f"{where}: not a byte count of at most {MAX_NUMBER:g}")
     return raw
 
 

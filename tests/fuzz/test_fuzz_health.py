@@ -1,4 +1,4 @@
-"""Fuzzing the health record and the fake GPUs' fault file: hostile bytes give their own errors, fast.
+"""Fuzzing the health record, the fake GPUs' fault file and usage script, and scrapes ``dra-gpu top`` reads.
 
 ``health.json`` is read at every plugin start: whatever is in it, the store's load never raises and
 fails closed (every GPU degraded) when it cannot be read. The fault file is read every poll by the
@@ -23,7 +23,10 @@ from dra_driver.core.health import (
     to_json,
 )
 from dra_driver.files.health_store import HealthStore
+from dra_driver.obs.scrape import ScrapeError
+from dra_driver.obs.scrape import parse as parse_scrape
 from dra_driver.sources.fake_health import FAULTS_FILE, FakeHealthSource, FaultFileError, decode
+from dra_driver.sources.fake_usage import ScriptError, decode_script
 from tests.fuzz import harness
 
 GPUS = ("GPU-a", "GPU-b")
@@ -99,3 +102,52 @@ def test_fault_file_decoder_refuses_hostile_files_and_the_source_never_raises(tm
 
     rep = harness.run("fault file source", inputs(fault_seed(), harness.budget(400), "fault-source"), poll, ())
     harness.assert_clean(rep)
+
+
+def usage_seed() -> dict[str, Any]:
+    step = {"since": 1000.0, "steps": [[0, 0.8, 10 << 30], [600, None, 0]], "processes": [[42, 0.5, 1 << 30]]}
+    return {"claims": {"uid-1": step}, "devices": {"gpu-3": {"since": 5.0, "steps": [[0, 0.0, None]]}}}
+
+
+def test_usage_script_decoder_refuses_hostile_scripts_with_its_own_error_only() -> None:
+    rep = harness.run(
+        "usage script decode", inputs(usage_seed(), harness.budget(1200), "usage-script"), decode_script, (ScriptError,)
+    )
+    harness.assert_clean(rep)
+    assert rep.rejected > rep.inputs // 4
+    assert rep.accepted > 0
+
+
+def scrape_seed() -> str:
+    return (
+        "# TYPE dra_gpu_claim_idle_seconds gauge\n"
+        'dra_gpu_claim_idle_seconds{namespace="a",claim="c",node="n",device="gpu-0",pod="p"} 12.0\n'
+        "# TYPE dra_gpu_claim_gpu_utilization_ratio gauge\n"
+        'dra_gpu_claim_gpu_utilization_ratio{namespace="a",claim="c",node="n",device="gpu-0",pod="p"} 0.5\n'
+        "# TYPE dra_gpu_gpu_healthy gauge\n"
+        'dra_gpu_gpu_healthy{gpu="gpu-1",uuid="GPU-x"} 0\n'
+        "# TYPE dra_gpu_gpu_health_conditions gauge\n"
+        'dra_gpu_gpu_health_conditions{gpu="gpu-1",cause="xid",value="79",severity="fatal"} 1\n'
+    )
+
+
+def scrapes(n: int) -> Iterator[str]:
+    """Scrape text torn, spliced and flipped line by line (what ``dra-gpu top`` reads from a pod)."""
+    rng = random.Random(harness.seed_for("scrape-text"))
+    lines = scrape_seed().splitlines()
+    pieces = ["{", "}", '"', "=", ",", " ", "\\", "NaN", "+Inf", "-1e400", "1e400", "x" * 3000, "\x00", "#", "# TYPE x", "é"]
+    for _ in range(n):
+        out = list(lines)
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(out))
+            j = rng.randrange(len(out[i]) + 1)
+            out[i] = out[i][:j] + rng.choice(pieces) + out[i][j + rng.randint(0, 3) :]
+        if rng.random() < 0.2:
+            out = out * rng.randint(2, 50)
+        yield "\n".join(out) + "\n"
+
+
+def test_scrape_parser_refuses_hostile_text_with_its_own_error_only() -> None:
+    rep = harness.run("scrape text parse", scrapes(harness.budget(1200)), parse_scrape, (ScrapeError,))
+    harness.assert_clean(rep)
+    assert rep.rejected > 0 and rep.accepted > 0

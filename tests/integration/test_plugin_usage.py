@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from e2e.cluster import LocalCluster
 from e2e.plugin_process import ROOT, PluginProcess
 from tests.claimdata import allocated_claim
+from tests.integration.test_plugin_health import wait_for
 from tests.integration.test_plugin_metrics import Series, scrape
 
 ARGS = ("--usage-interval", "0.2", "--health-check-interval", "0.3", "--gc-interval", "0")
@@ -34,17 +33,6 @@ def claim_with_pods(c: LocalCluster, name: str, device: str, pods: list[str]) ->
     path = f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}/status"
     stored = c.api("PUT", path, created)
     return "default", stored["metadata"]["uid"], name
-
-
-def wait_for(what: str, probe: Any, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def value(series: Series, name: str, **labels: str) -> float | None:

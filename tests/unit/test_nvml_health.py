@@ -38,7 +38,7 @@ class FakeNvml:
     NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
     nvmlEventTypeXidCriticalError = XID  # noqa: N815 - pynvml's names
-    nvmlEventTypeDoubleBitEccError = DBE  # noqa: N815
+    nvmlEventTypeDoubleBitEccError = DBE  # noqa: N815 - pynvml's names
 
     def __init__(self, uuids: tuple[str, ...] = (A, B)) -> None:
         self.handles = {u: SimpleNamespace(uuid=u) for u in (*uuids, C)}
@@ -161,7 +161,7 @@ def source(nvml: FakeNvml, clock: FakeTime) -> Iterator[NvmlHealthSource]:
 
 
 def make(nvml: FakeNvml, clock: FakeTime, uuids: tuple[str, ...] = (A, B)) -> NvmlHealthSource:
-    return NvmlHealthSource(uuids, nvml=nvml, clock=lambda: WALL, monotonic=clock.monotonic, sleep=clock.sleep)  # type: ignore[arg-type]
+    return NvmlHealthSource(uuids, nvml=nvml, clock=lambda: WALL, monotonic=clock.monotonic, sleep=clock.sleep)  # type: ignore[arg-type]  # a stand-in for the pynvml module
 
 
 def test_it_is_a_health_source_named_nvml_without_a_replayable_log(source: NvmlHealthSource) -> None:
@@ -355,7 +355,7 @@ def test_wait_error_sleeps_only_what_the_wait_left_of_the_timeout(
         clock.now += 1.5
         nvml.fail(pynvml.NVML_ERROR_UNKNOWN)
 
-    nvml.nvmlEventSetWait_v2 = slow_fail  # type: ignore[method-assign]
+    nvml.nvmlEventSetWait_v2 = slow_fail  # type: ignore[method-assign]  # this test's failing wait
     assert [] == source.events(4.0)
     assert [2.5] == clock.slept
 

@@ -104,7 +104,7 @@ def nvml() -> FakeNvml:
 
 
 def source(nvml: FakeNvml) -> NvmlUsageSource:
-    return NvmlUsageSource(nvml=nvml)  # type: ignore[arg-type]
+    return NvmlUsageSource(nvml=nvml)  # type: ignore[arg-type]  # a stand-in for the pynvml module
 
 
 def test_full_gpu_utilization_and_memory(nvml: FakeNvml) -> None:

@@ -26,7 +26,7 @@ def row(device: str, util: float | None, mem: int | None, idle: float, **kw: obj
         "idle_since": None,
     }
     base.update(kw)
-    return UsageRow(**base)  # type: ignore[arg-type]
+    return UsageRow(**base)  # type: ignore[arg-type]  # fields from a dict of mixed types
 
 
 def scrape(snapshot: UsageSnapshot) -> dict[str, list[tuple[dict[str, str], float]]]:
