@@ -24,8 +24,6 @@ Device health metrics will join this module as a set of their own.
 
 from __future__ import annotations
 
-import errno
-import socket
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +49,7 @@ from prometheus_client.registry import Collector
 from dra_driver.core.checkpoint import ClaimEntry, ClaimState
 from dra_driver.core.health import HealthBook, is_unhealthy
 from dra_driver.obs.claim_errors import CLAIM_ERROR_REASONS, claim_error_reason
+from dra_driver.obs.ports import IPV6_MISSING, METRICS_FLAGS, bind_host
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +90,6 @@ SLICE_FIELDS: Final = frozenset(
 )  # fmt: skip
 """``dra_gpu_slice_dropped_fields_total{field}``: a dropped path's field, one of these or ``other``."""
 
-METRICS_FLAGS: Final = "--metrics-port (METRICS_PORT) or --metrics-address (METRICS_ADDRESS)"
 _ANY_ADDRESS_V6: Final = ("::", "[::]")
 
 
@@ -440,11 +438,11 @@ def serve_metrics(registry: CollectorRegistry, address: str, port: int) -> Metri
     """
     if not 0 <= port <= 65535:
         raise MetricsPortError(f"metrics port {port} is not a port number (0-65535; -1 turns metrics off); set {METRICS_FLAGS}")
-    host = address[1:-1] if address.startswith("[") and address.endswith("]") else address
+    host = bind_host(address)
     try:
         httpd, thread = _start(registry, host, port)
     except OSError as err:
-        if host != "::" or err.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, socket.EAI_FAMILY):
+        if host != "::" or err.errno not in IPV6_MISSING:
             raise MetricsPortError(
                 f"cannot serve metrics on {address} port {port}: {err.strerror or err}; "
                 f"choose another with {METRICS_FLAGS}, or -1 to turn metrics off"

@@ -12,6 +12,13 @@ import errno
 import socket
 
 METRICS_FLAGS = "--metrics-port / METRICS_PORT (and --metrics-address / METRICS_ADDRESS)"
+IPV6_MISSING = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, socket.EAI_FAMILY)
+"""What binding ``::`` fails with on a host without IPv6: every IPv4 address (``0.0.0.0``) is used instead."""
+
+
+def bind_host(address: str) -> str:
+    """The host to bind for ``--metrics-address``: ``[::]`` and ``::`` are every address."""
+    return address[1:-1] if address.startswith("[") and address.endswith("]") else address
 
 
 def _bind(host: str, port: int) -> None:
@@ -27,11 +34,11 @@ def metrics_port_problem(address: str, port: int) -> str | None:
         return None
     if port > 65535:
         return f"metrics port {port} is not a port number (0-65535; -1 turns metrics off); set {METRICS_FLAGS}"
-    host = address[1:-1] if address.startswith("[") and address.endswith("]") else address
+    host = bind_host(address)
     try:
         _bind(host, port)
     except OSError as err:
-        if host == "::" and err.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+        if host == "::" and err.errno in IPV6_MISSING:
             return metrics_port_problem("0.0.0.0", port)  # noqa: S104 - every address, as asked
         return (
             f"cannot serve metrics on {address} port {port}: {err.strerror or err}; "
