@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: all venv k8s images lint check-protos protos unit integration e2e test demo bench bench-scale fuzz soak clean
+.PHONY: all venv k8s images lint check-protos protos unit integration e2e test demo bench bench-scale bench-explain fuzz soak clean
 
 all: test
 
@@ -97,6 +97,11 @@ bench: venv k8s $(PRODUCT_STAMP)
 # about 40 minutes on 2 cores; --nodes/--layouts/--pods to narrow it).
 bench-scale: venv k8s
 	$(VENV)/bin/python -m bench.cluster_scale $(BENCH_SCALE_ARGS)
+
+# dra-gpu explain offline over 100 and 500 fake nodes of dynamic MIG (8 H100s, 208 devices each):
+# median wall seconds of the CLI and one run by phase (bench/explain_scale.py, about a minute).
+bench-explain: venv
+	$(VENV)/bin/python -m bench.explain_scale --nodes 100 500
 
 # Minutes of kubelet traffic against the plugin while it is killed, the API server paused and the
 # checkpoint corrupted; prints the counts and every invariant violation (bench/soak/).

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dra_driver.cli.explain_text import render_text
+from dra_driver.core.shared_json import SharedDecoder
 from dra_driver.schedsim.allocator import Explanation, InvalidObject, explain
 from dra_driver.schedsim.allocator.objects import claim_spec
 from dra_driver.schedsim.allocator.validate import MAX_POD_CLAIMS, Reader, show
@@ -50,9 +51,14 @@ class InputError(ValueError):
 def load_objects(path: str) -> list[dict[str, Any]]:
     """All objects of a YAML/JSON file: multi-document, ``kind: List`` flattened, empty documents skipped."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as err:
         raise InputError(f"{path}: {err}") from None
+    shared = SharedDecoder().decode(data)  # one JSON object (a large list of slices): equal parts decoded once
+    if shared is not None:
+        return _flatten([shared])
+    try:
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text reads it
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not UTF-8 text: {err.reason} at byte {err.start}") from None
     try:
@@ -61,6 +67,11 @@ def load_objects(path: str) -> list[dict[str, Any]]:
         raise InputError(f"{path}: {str(err)[:500]}") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deeply") from None
+    return _flatten(docs)
+
+
+def _flatten(docs: Sequence[Any]) -> list[dict[str, Any]]:
+    """The objects of the documents: ``kind: List`` flattened, anything but an object skipped."""
     out: list[dict[str, Any]] = []
     for doc in docs:
         if not isinstance(doc, dict):

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
-from dra_driver.core.health import HealthRecordError, from_json, health_message, is_unhealthy
-from dra_driver.files.health_store import HEALTH_FILE, request_repair
+
+# The health record's modules are loaded by the subcommands that read it (the CLI's other commands start faster without them).
 
 
 def _plugin_dir(args: argparse.Namespace) -> Path:
@@ -28,6 +28,9 @@ def _plugin_dir(args: argparse.Namespace) -> Path:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from dra_driver.core.health import HealthRecordError, from_json, health_message, is_unhealthy
+    from dra_driver.files.health_store import HEALTH_FILE
+
     path = _plugin_dir(args) / HEALTH_FILE
     try:
         book, boot_id, _ = from_json(json.loads(path.read_bytes()))
@@ -50,6 +53,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
+    from dra_driver.files.health_store import request_repair
+
     try:
         path = request_repair(_plugin_dir(args), args.gpu)
     except ValueError as err:

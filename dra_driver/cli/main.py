@@ -13,16 +13,12 @@ from typing import Any
 
 import yaml
 
-from dra_driver.appkit.inventory import carve_layout, node_publication
 from dra_driver.cli.explain import add_explain_parser
 from dra_driver.cli.health import add_health_parser
 from dra_driver.cli.top import add_top_parser
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
 from dra_driver.core.mig import MigError, MigStrategy
-from dra_driver.core.slices import slice_objects, split_pool
-from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import PROFILES
-from dra_driver.sources.select import make_source
 
 
 def inventory_slices(
@@ -39,6 +35,12 @@ def inventory_slices(
     With fake GPUs and ``--mig static``, ``fake_mig_layout`` names the profiles carved on every
     GPU beforehand (in memory: nothing persists), as mig-parted would on a real node.
     """
+    # Loaded here: the inventory's modules are of no use to the other commands (explain starts faster without them).
+    from dra_driver.appkit.inventory import carve_layout, node_publication
+    from dra_driver.core.slices import slice_objects, split_pool
+    from dra_driver.mig_backends.select import make_mig_backend
+    from dra_driver.sources.select import make_source
+
     gpus = make_source(fake_gpus=fake_gpus, node_name=node_name).gpus()
     backend = None
     if mig is not MigStrategy.NONE:

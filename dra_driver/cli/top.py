@@ -13,8 +13,11 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
-from dra_driver.obs.scrape import ClaimDevice, NodeView, ScrapeError, fetch, parse
+# The metrics parser is loaded when top runs: it pulls in prometheus_client and structlog, which no other command needs.
+if TYPE_CHECKING:
+    from dra_driver.obs.scrape import ClaimDevice, NodeView
 
 DEFAULT_NAMESPACE = "dra-gpu"
 DEFAULT_SELECTOR = "app.kubernetes.io/component=kubelet-plugin"
@@ -51,6 +54,8 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def _views(args: argparse.Namespace) -> tuple[dict[str, NodeView], list[str]]:
+    from dra_driver.obs.scrape import ScrapeError, fetch, parse
+
     views: dict[str, NodeView] = {}
     problems: list[str] = []
     if args.url:

@@ -11,9 +11,11 @@ the device the slow way, which also words any error. A part equal to one read be
 previous device's, or the one of a device of the same name) is not checked again: its earlier
 copy is returned, so devices of one shape share their parts (the allocator's caches, keyed by
 those parts' identity, then compute once per shape); parts read anew that equal earlier ones in
-content are given the earlier copy too (:meth:`DeviceMemo.intern`). Each new copy's conversion
-error for CEL (a version or quantity that does not parse) is found while reading it
-(:attr:`DeviceMemo.errors`), so the allocator's device views need not look again.
+content are given the earlier copy too (:meth:`DeviceMemo.intern`). A part that is the very object
+read before (the slices decoder, ``dra_driver.core.shared_json``, gives equal texts one object) is
+known at once, without comparing it. Each new copy's conversion error for CEL (a version or
+quantity that does not parse) is found while reading it (:attr:`DeviceMemo.errors`), so the
+allocator's device views need not look again.
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ class DeviceMemo:
     the types of numbers (``==`` equates ``1``, ``1.0`` and ``True``).
     """
 
-    __slots__ = ("attributes", "by_name", "errors", "interned")
+    __slots__ = ("attributes", "by_id", "by_name", "errors", "interned")
 
     def __init__(self) -> None:
         self.attributes: _Seen | None = None
+        self.by_id: dict[int, _Seen] = {}  # id of an attributes input -> what it read as (the input kept alive there)
         self.by_name: dict[str, tuple[_Seen | None, _Seen | None]] = {}
         self.interned: dict[tuple[Any, ...], Any] = {}  # content -> the one copy of equal parts
         # id of an attributes or capacity copy -> (the copy, kept alive; its conversion error for CEL,
@@ -71,6 +74,8 @@ class _Seen:
 
     def same(self, v: dict[str, Any]) -> bool:
         """The map ``v`` reads as this one did: equal, keys in the same order, numbers of the same types."""
+        if v is self.raw:  # one object (the decoder shares equal parts): it reads the same
+            return True
         if v != self.raw or tuple(v) != self.keys:
             return False
         for name, t in self.numeric:
@@ -81,6 +86,8 @@ class _Seen:
 
     def same_consumptions(self, v: Any) -> bool:
         """The ``consumesCounters`` list ``v`` reads as this one did: equal, each one's counters in the same order."""
+        if v is self.raw:
+            return True
         if type(v) is not list or v != self.raw:
             return False
         if len(v) == 1:  # the usual one consumption (equal to the one read, so a map)
@@ -179,17 +186,19 @@ def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR
     attrs: dict[str, Any] = _EMPTY
     if type(attrs_in) is dict:
         prev = memo.attributes
-        if prev is not None and prev.same(attrs_in):
-            attrs = prev.copy
-        else:
-            read = _attributes(attrs_in)
-            if read is None:
-                return None
-            copy, numeric, key, error = read
-            attrs = memo.intern(key, copy)
-            if attrs is copy:
-                memo.errors[id(copy)] = (copy, error)
-            memo.attributes = _Seen(attrs_in, attrs, numeric)
+        if prev is None or not prev.same(attrs_in):
+            prev = memo.by_id.get(id(attrs_in))  # the same object read before (shared by the decoder)
+            if prev is None or prev.raw is not attrs_in:
+                read = _attributes(attrs_in)
+                if read is None:
+                    return None
+                copy, numeric, key, error = read
+                interned = memo.intern(key, copy)
+                if interned is copy:
+                    memo.errors[id(copy)] = (copy, error)
+                prev = memo.by_id[id(attrs_in)] = _Seen(attrs_in, interned, numeric)
+            memo.attributes = prev
+        attrs = prev.copy
     elif attrs_in is not None or "attributes" in m:
         return None
     caps_in = m.get("capacity")

@@ -1,0 +1,131 @@
+"""Decodes a JSON list of ResourceSlices with each repeated part decoded once and shared.
+
+Called by ``dra-gpu explain`` for a slices file (``dra_driver.cli.explain.load_objects``) and for
+the API server's pages of ResourceSlices (``dra_driver.kube.explain_api``). A large cluster's
+slices repeat themselves: every node of one kind publishes devices of the same names whose
+capacity, counter consumption and most attributes are the same bytes, and only a few values
+(a GPU's UUID, the node's name) differ. :class:`SharedDecoder` reads the list with ``msgspec``
+down to each device's fields, kept as raw JSON, and decodes each distinct field text once with
+the standard ``json`` module: equal texts give one shared object (never to be changed in place).
+The result equals what ``json.loads`` gives for the same bytes; where the fast reading does not
+apply (not one JSON object, not UTF-8, a syntax ``msgspec`` refuses, another layout) it returns
+None and the caller decodes the usual way, so errors read as before. Pure: bytes in, objects out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+__all__ = ["SharedDecoder"]
+
+_Fields = dict[str, msgspec.Raw]
+_JSON_SPACE = b" \t\r\n"
+_FAILURES = (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError)
+_JSON = json.JSONDecoder()  # what json.loads uses: the same values
+
+
+class SharedDecoder:
+    """Decodes lists of slices, sharing equal field values between devices, slices and calls (pages of one list)."""
+
+    __slots__ = ("_devices", "_fields", "_items", "_parts")
+
+    def __init__(self) -> None:
+        self._parts: dict[bytes, Any] = {}  # a field's JSON text -> its value, decoded once
+        self._fields = msgspec.json.Decoder(_Fields)
+        self._items = msgspec.json.Decoder(list[_Fields])
+        self._devices = self._items
+
+    def decode(self, data: bytes) -> Any:
+        """The JSON value of ``data`` (one object, as ``json.loads`` reads it), or None where the fast reading does not apply.
+
+        Each item of the object's ``items`` list is read field by field: its ``spec`` likewise, and
+        the spec's ``devices`` device by device; each device field and the spec's ``sharedCounters``
+        are decoded once per distinct text (and shared), everything else on its own.
+        """
+        if data.lstrip(_JSON_SPACE)[:1] != b"{" or not _utf8(data):
+            return None
+        try:
+            top = self._fields.decode(data)
+            out: dict[str, Any] = {}
+            for key, raw in top.items():
+                out[key] = self._list(raw) if key == "items" else _plain(raw)
+        except _FAILURES:
+            return None
+        return out
+
+    def _list(self, raw: msgspec.Raw) -> Any:
+        text = bytes(raw)
+        if text[:1] != b"[":
+            return json.loads(text)
+        try:
+            items = self._items.decode(text)
+        except msgspec.ValidationError:  # an item that is no object: the list as it is
+            return json.loads(text)
+        return [{k: self._spec(v) if k == "spec" else _plain(v) for k, v in item.items()} for item in items]
+
+    def _spec(self, raw: msgspec.Raw) -> Any:
+        text = bytes(raw)
+        if text[:1] != b"{":
+            return json.loads(text)
+        out: dict[str, Any] = {}
+        for key, v in self._fields.decode(text).items():
+            if key == "devices":
+                out[key] = self._device_list(v)
+            elif key == "sharedCounters":
+                out[key] = self._part(bytes(v))
+            else:
+                out[key] = _plain(v)
+        return out
+
+    def _part(self, field: bytes) -> Any:
+        """The value of one field's JSON text, decoded the first time it is seen."""
+        got = self._parts.get(field)
+        if got is None:
+            got = self._parts[field] = _JSON.decode(field.decode())
+        return got
+
+    def _device_list(self, raw: msgspec.Raw) -> Any:
+        text = bytes(raw)
+        if text[:1] != b"[":
+            return json.loads(text)
+        try:
+            devices = self._devices.decode(text)
+        except msgspec.ValidationError:  # a device that is no object: the list as it is
+            return json.loads(text)
+        parts = self._parts
+        out = []
+        for d in devices:
+            dev: dict[str, Any] = {}
+            for key, v in d.items():
+                field = bytes(v)
+                got = parts.get(field)
+                if got is None:
+                    got = parts[field] = self._map(field) if key == "attributes" else _JSON.decode(field.decode())
+                dev[key] = got
+            out.append(dev)
+        return out
+
+    def _map(self, field: bytes) -> Any:
+        """An object whose entries are decoded once per distinct text (a device's attributes differ in a value or two)."""
+        if field[:1] != b"{":
+            return _JSON.decode(field.decode())
+        return {k: self._part(bytes(v)) for k, v in self._fields.decode(field).items()}
+
+
+def _plain(raw: msgspec.Raw) -> Any:
+    """A field decoded on its own (not shared)."""
+    return _JSON.decode(bytes(raw).decode())
+
+
+def _utf8(data: bytes) -> bool:
+    """``data`` is UTF-8 text (as the file or body would have to be to be read at all)."""
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
