@@ -93,6 +93,7 @@ def report(figs: dict[str, Figures], args: argparse.Namespace, facts: list[str],
         "ratio = dra-gpu / peer (for claims/s, < 1 means dra-gpu is slower). Latency percentiles pool all runs;",
         "start, RSS and burst figures are medians over runs.",
     ]
+    lines += ["", *goals(o, p, args.burst)]
     for label, f in figs.items():
         lines.append(
             f"{label} per run: socket {' '.join(f'{x:.3f}' for x in f.socket_s)} s; "
@@ -102,6 +103,44 @@ def report(figs: dict[str, Figures], args: argparse.Namespace, facts: list[str],
             lines.append(f"{label} first error: {f.first_error}")
     lines += ["", "peer: " + peer_note, *facts]
     return "\n".join(lines)
+
+
+def _mark(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def goals(o: Figures, p: Figures | None, burst: int) -> list[str]:
+    """The tracker's performance goals (issue 14) against this run's figures, one line each.
+
+    Also the burst's CPU ceiling on this machine: the cores divided by the CPU every party (driver,
+    API server and etcd, client) spent per claim; no driver reaches more claims/s here than that.
+    """
+    out = ["goals (issue 14):"]
+    if p is not None:
+        for name, ours, peer in (
+            ("prepare p50 <= peer's", pct(o.prepare_ms, 50), pct(p.prepare_ms, 50)),
+            ("unprepare p50 <= peer's", pct(o.unprepare_ms, 50), pct(p.unprepare_ms, 50)),
+            ("start -> all slices <= peer's", med(o.slices_s), med(p.slices_s)),
+            ("idle RSS <= peer's", med(o.idle_rss_mib), med(p.idle_rss_mib)),
+        ):
+            out.append(f"  {name}: {ours:.3g} vs {peer:.3g}: {_mark(ours <= peer)}")
+    for name, value, ok in (
+        ("prepare p99 <= 10 ms", pct(o.prepare_ms, 99), pct(o.prepare_ms, 99) <= 10.0),
+        ("start -> DRA socket <= 0.3 s", med(o.socket_s), med(o.socket_s) <= 0.3),
+        ("idle RSS <= 45 MiB", med(o.idle_rss_mib), med(o.idle_rss_mib) <= 45.0),
+        ("peak RSS in the burst <= 60 MiB", med(o.peak_rss_mib), med(o.peak_rss_mib) <= 60.0),
+        (f"burst of {burst}: 0 errors", float(o.burst_errors), o.burst_errors == 0),
+        (f"burst of {burst}: >= 500 claims/s prepared", med(o.burst_prepare_cps), med(o.burst_prepare_cps) >= 500.0),
+    ):
+        out.append(f"  {name}: {value:.3g}: {_mark(ok)}")
+    per_claim = med(o.burst_prepare_cpu_ms) + med(o.burst_prepare_server_cpu_ms) + med(o.burst_prepare_client_cpu_ms)
+    cores = len(os.sched_getaffinity(0))
+    if per_claim > 0:
+        out.append(
+            f"  burst CPU ceiling here: {cores} cores / {per_claim:.2f} ms per claim (driver + API server and etcd + client)"
+            f" = {cores * 1000 / per_claim:.0f} claims/s at most"
+        )
+    return out
 
 
 def machine_facts(state_root: Path, binary: PeerBinary | None) -> list[str]:
