@@ -28,7 +28,8 @@ from dra_driver.obs.usage_metrics import register_usage_collector
 from dra_driver.sources.fake import FakeGpuSource
 from dra_driver.sources.fake_usage import FakeUsageSource
 from dra_driver.sources.fake_usage import main as fake_usage
-from kubelet_plugin.usage import PodNotes, UsageSampler
+from kubelet_plugin.pod_notes import PodNotes
+from kubelet_plugin.usage import UsageSampler
 
 PASSES = 200
 

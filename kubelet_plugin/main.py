@@ -39,12 +39,12 @@ from kubelet_plugin.health_monitor import HealthMonitor, MonitorConfig
 from kubelet_plugin.health_stream import SERVICE_NAMES, HealthStreams
 from kubelet_plugin.health_taints import TaintedPublication
 from kubelet_plugin.mig_ops import MigOps
+from kubelet_plugin.pod_notes import PodNotes
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.servicer import MetricsSlot, add_dra_services
 from kubelet_plugin.settings import Settings, parse
 from kubelet_plugin.sockets import SocketPaths, secure_socket, unix_server
 from kubelet_plugin.state import DeviceState
-from kubelet_plugin.usage import PodNotes, UsageSampler, cdi_spec_mtime, make_usage_source
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from dra_driver.obs.metrics import Registry as CollectorRegistry
     from kubelet_plugin.health import SocketHealthServicer
     from kubelet_plugin.recovery import StartReport
+    from kubelet_plugin.usage import UsageSampler
 
 log = structlog.get_logger(__name__)
 
@@ -147,6 +148,9 @@ def _usage_sampler(settings: Settings, state: DeviceState, publication: Publicat
     """The per-claim utilization sampler (None when ``--usage-interval 0`` or metrics are off: nothing reads it)."""
     if settings.usage_interval_s <= 0 or settings.metrics_port < 0:
         return None
+    # Loaded now, after the sockets serve: nothing on the kubelet's path needs the sampler.
+    from kubelet_plugin.usage import UsageSampler, cdi_spec_mtime, make_usage_source
+
     return UsageSampler(
         source=make_usage_source(
             fake=settings.fake_gpus is not None, state_dir=settings.fake_gpu_state_dir or settings.plugin_dir / "fake-gpus"

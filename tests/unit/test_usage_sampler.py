@@ -30,8 +30,9 @@ from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
 from dra_driver.sources.fake_usage import FakeUsageSource
 from dra_driver.sources.fake_usage import main as fake_usage
+from kubelet_plugin.pod_notes import PodNotes
 from kubelet_plugin.state import DeviceState
-from kubelet_plugin.usage import PodNotes, UsageSampler, cdi_spec_mtime, prepared_targets
+from kubelet_plugin.usage import UsageSampler, cdi_spec_mtime, prepared_targets
 from tests.claimdata import DRIVER, allocated_claim
 from tests.unit.test_state import Claims
 
