@@ -5,8 +5,9 @@ the API server's pages of ResourceSlices (``dra_driver.kube.explain_api``). A la
 slices repeat themselves: every node of one kind publishes devices of the same names whose
 capacity, counter consumption and most attributes are the same bytes, and only a few values
 (a GPU's UUID, the node's name) differ. :class:`SharedDecoder` reads the list with ``msgspec``
-down to each device's fields, kept as raw JSON, and decodes each distinct field text once with
-the standard ``json`` module: equal texts give one shared object (never to be changed in place).
+down to each device's fields, kept as raw JSON (in one pass where the list has the usual
+layout), and decodes each distinct field text once with the standard ``json`` module: equal
+texts give one shared object (never to be changed in place).
 The result equals what ``json.loads`` gives for the same bytes; where the fast reading does not
 apply (not one JSON object, not UTF-8, a syntax ``msgspec`` refuses, another layout) it returns
 None and the caller decodes the usual way, so errors read as before. Pure: bytes in, objects out.
@@ -22,6 +23,13 @@ import msgspec
 __all__ = ["SharedDecoder"]
 
 _Fields = dict[str, msgspec.Raw]
+# The usual layout in one pass: the list's items, each item's fields (its spec, its metadata), and
+# the spec's fields (devices, shared counters, ...) down to each device's (and each map's) fields,
+# kept raw; strings, integers, booleans and nulls above them decoded as they are. Anything else
+# (a float, a list of anything but objects above the fields kept raw) takes the reading field by field.
+_Value = list[_Fields] | _Fields | str | int | bool | None
+_Object = dict[str, _Value]
+_Top = dict[str, list[dict[str, _Object | str | int | bool | None]] | _Object | str | int | bool | None]
 _JSON_SPACE = b" \t\r\n"
 _FAILURES = (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError)
 _JSON = json.JSONDecoder()  # what json.loads uses: the same values
@@ -30,10 +38,11 @@ _JSON = json.JSONDecoder()  # what json.loads uses: the same values
 class SharedDecoder:
     """Decodes lists of slices, sharing equal field values between devices, slices and calls (pages of one list)."""
 
-    __slots__ = ("_devices", "_fields", "_items", "_parts")
+    __slots__ = ("_devices", "_fields", "_items", "_parts", "_top")
 
     def __init__(self) -> None:
         self._parts: dict[bytes, Any] = {}  # a field's JSON text -> its value, decoded once
+        self._top = msgspec.json.Decoder(_Top)
         self._fields = msgspec.json.Decoder(_Fields)
         self._items = msgspec.json.Decoder(list[_Fields])
         self._devices = self._items
@@ -43,10 +52,15 @@ class SharedDecoder:
 
         Each item of the object's ``items`` list is read field by field: its ``spec`` likewise, and
         the spec's ``devices`` device by device; each device field and the spec's ``sharedCounters``
-        are decoded once per distinct text (and shared), everything else on its own.
+        are decoded once per distinct text (and shared), everything else on its own. The usual
+        layout is read so in one pass (``_Top``); another, level by level.
         """
         if data.lstrip(_JSON_SPACE)[:1] != b"{" or not _utf8(data):
             return None
+        try:
+            return self._typed(self._top.decode(data))  # the usual layout, read in one pass
+        except _FAILURES:
+            pass  # another layout (or an error): level by level, as before
         try:
             top = self._fields.decode(data)
             out: dict[str, Any] = {}
@@ -54,6 +68,30 @@ class SharedDecoder:
                 out[key] = self._list(raw) if key == "items" else _plain(raw)
         except _FAILURES:
             return None
+        return out
+
+    def _typed(self, top: dict[str, Any]) -> dict[str, Any]:
+        """The value of the usual layout read in one pass (see ``_Top``): each part as :meth:`decode` gives it."""
+        out: dict[str, Any] = {}
+        for key, v in top.items():
+            if key == "items" and type(v) is list:
+                out[key] = [
+                    {k: self._typed_spec(x) if k == "spec" and type(x) is dict else _value(x) for k, x in item.items()}
+                    for item in v
+                ]
+            else:
+                out[key] = _value(v)
+        return out
+
+    def _typed_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, v in spec.items():
+            if key == "devices" and type(v) is list:
+                out[key] = self._shared_devices(v)
+            elif key == "sharedCounters" and type(v) is list:
+                out[key] = [{k: self._part(bytes(x)) for k, x in cs.items()} for cs in v]
+            else:
+                out[key] = _value(v)
         return out
 
     def _list(self, raw: msgspec.Raw) -> Any:
@@ -95,6 +133,10 @@ class SharedDecoder:
             devices = self._devices.decode(text)
         except msgspec.ValidationError:  # a device that is no object: the list as it is
             return json.loads(text)
+        return self._shared_devices(devices)
+
+    def _shared_devices(self, devices: list[_Fields]) -> list[dict[str, Any]]:
+        """Each device's fields decoded once per distinct text (attributes entry by entry)."""
         parts = self._parts
         out = []
         for d in devices:
@@ -112,7 +154,27 @@ class SharedDecoder:
         """An object whose entries are decoded once per distinct text (a device's attributes differ in a value or two)."""
         if field[:1] != b"{":
             return _JSON.decode(field.decode())
-        return {k: self._part(bytes(v)) for k, v in self._fields.decode(field).items()}
+        parts = self._parts
+        out: dict[str, Any] = {}
+        for k, v in self._fields.decode(field).items():  # (what _part does, inline: a map has many entries)
+            text = bytes(v)
+            got = parts.get(text)
+            if got is None:
+                got = parts[text] = _JSON.decode(text.decode())
+            out[k] = got
+        return out
+
+
+def _value(v: Any) -> Any:
+    """A part of the layout read in one pass as JSON reads it: its maps and lists rebuilt, raw fields decoded on their own."""
+    t = type(v)
+    if t is dict:
+        return {k: _value(x) for k, x in v.items()}
+    if t is list:
+        return [_value(x) for x in v]
+    if t is msgspec.Raw:
+        return _plain(v)
+    return v  # a string, integer, boolean or null, as json reads it
 
 
 def _plain(raw: msgspec.Raw) -> Any:

@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
+from dra_driver.core.shared_json import SharedDecoder
 from dra_driver.kube.client import KubeConfigError, load_api_client
 from dra_driver.kube.rest import check_next_page, decode_object, list_page
 from dra_driver.kube.slices_api import RESOURCE_SLICES_PATH, KubeApiError, KubeSliceApi
@@ -30,8 +31,11 @@ _PAGE = 500
 class KubeExplainApi(KubeSliceApi):
     """Cluster-wide reads of the objects allocation depends on."""
 
-    def list_all(self, path: str) -> list[dict[str, Any]]:
+    def list_all(self, path: str, decoder: SharedDecoder | None = None) -> list[dict[str, Any]]:
         """Every item of a collection, following ``continue`` tokens, a page at a time.
+
+        ``decoder``: decodes each page with equal parts shared, across pages too (ResourceSlices:
+        see ``dra_driver.core.shared_json``); a page it does not read is decoded the usual way.
 
         The next page is asked for while this one is decoded: its ``continue`` token is read from
         the head of the page's body (the list's ``metadata`` comes before its items) and a
@@ -48,7 +52,7 @@ class KubeExplainApi(KubeSliceApi):
                 status, data = pending.result()
                 guess = continue_token(data)
                 ahead = pool.submit(self._page, path, guess) if guess and guess not in seen else None
-                got, _, cont = list_page(decode_object(status, data), path.rsplit("/", 1)[-1])
+                got, _, cont = list_page(_decode(decoder, status, data), path.rsplit("/", 1)[-1])
                 items.extend(got)
                 if ahead is not None and guess != cont:
                     _drop(ahead)
@@ -67,7 +71,7 @@ class KubeExplainApi(KubeSliceApi):
 
     def resource_slices(self) -> list[dict[str, Any]]:
         """All ResourceSlices (every driver, every node)."""
-        return self.list_all(RESOURCE_SLICES_PATH)
+        return self.list_all(RESOURCE_SLICES_PATH, SharedDecoder())  # a cluster's slices repeat themselves
 
     def device_classes(self) -> list[dict[str, Any]]:
         """All DeviceClasses."""
@@ -124,6 +128,15 @@ def continue_token(data: bytes) -> str:
         return ""
     token = meta.get("continue") if isinstance(meta, dict) else None
     return token if isinstance(token, str) else ""
+
+
+def _decode(decoder: SharedDecoder | None, status: int, data: bytes) -> dict[str, Any]:
+    """A page's JSON object: by ``decoder`` where it reads it (the same value as ``json.loads``), else :func:`decode_object`."""
+    if decoder is not None:
+        shared = decoder.decode(data)
+        if isinstance(shared, dict):
+            return shared
+    return decode_object(status, data)
 
 
 def _drop(ahead: Future[tuple[int, bytes]]) -> None:

@@ -87,3 +87,32 @@ def test_an_unconvertible_device_fails_every_selector_as_in_the_scheduler() -> N
     bad = {"name": "g", "attributes": {"v": {"version": "1.2"}}}
     with pytest.raises(CelRuntimeError, match=r"^attribute v: parse semantic version: No Major.Minor.Patch elements found$"):
         compile_selector("true").matches_view(DeviceView.of(bad, DRIVER))
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(selector_and_devices())
+def test_a_key_read_from_the_published_maps_is_the_views_key(case: tuple[str, list[dict[str, Any]]]) -> None:
+    """``published_key`` (the allocator's way past the views) gives the view's key, or None where it cannot."""
+    expr, devs = case
+    try:
+        sel = compile_selector(expr)
+    except CelError:
+        return
+    for d in devs:
+        view = DeviceView.of(d, DRIVER)
+        got = sel.projector.published_key(d.get("attributes") or {}, d.get("capacity") or {}, DRIVER, view.multi)
+        if got is not None:
+            assert got == sel.projector.key(view), (expr, d)
+
+
+def test_a_key_read_from_the_published_maps_tells_names_apart() -> None:
+    p = compile_selector(f'{A}.model == "x" && device.attributes["other.dev"].model == "y"').projector
+    both = {"model": {"string": "x"}, f"{DRIVER}/model": {"string": "x"}}  # one name twice: the view decides
+    assert p.published_key(both, {}, DRIVER, False) is None
+    bare = {"model": {"string": "x"}, "other.dev/model": {"string": "y"}}
+    qualified = {f"{DRIVER}/model": {"string": "x"}, "other.dev/model": {"string": "z"}}
+    assert p.published_key(bare, {}, DRIVER, False) == p.key(DeviceView.of({"attributes": bare}, DRIVER))
+    assert p.published_key(bare, {}, DRIVER, False) != p.published_key(qualified, {}, DRIVER, False)
+    assert p.published_key({}, {}, DRIVER, False) == p.key(DeviceView.of({}, DRIVER))  # missing reads as missing
+    whole = compile_selector(f"{A}.size() > 1").projector
+    assert whole.published_key(bare, {}, DRIVER, False) is None  # a whole domain: only through a view

@@ -12,6 +12,7 @@ import lark
 import pytest
 
 from dra_driver.cli.explain_text import MAX_DEVICE_LINES, render_text
+from dra_driver.core.shared_json import SharedDecoder
 from dra_driver.schedsim.allocator import AllocatedState, Explanation, NodeAllocator, RequestExplanation, explain, explain_request
 from dra_driver.schedsim.allocator.fastread import DeviceMemo
 from dra_driver.schedsim.allocator.model import Candidate, claim_requests
@@ -91,6 +92,56 @@ def test_fast_reader_reads_every_device_as_the_field_by_field_reader(seed: int) 
         d = _variant(rng, _base(i))
         want, got = _read_slow(d), _read_fast(d, memo)
         assert json.dumps(got) == json.dumps(want), d
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fast_reader_reads_shared_values_as_the_field_by_field_reader(seed: int) -> None:
+    """As above, the devices decoded as a slices file is (equal values one object): each value is read once, for every map."""
+    rng = random.Random(seed)
+    devices = [_variant(rng, _base(i)) for i in range(400)]
+    for i, d in enumerate(devices):  # a UUID per device, the rest of the map shared with other devices
+        if isinstance(d.get("attributes"), dict) and rng.random() < 0.8:
+            d["attributes"] = {**d["attributes"], "uuid": {"string": f"GPU-{i}"}}
+    data = json.dumps({"kind": "List", "items": [{"spec": {"devices": devices}}]}).encode()
+    shared = SharedDecoder().decode(data)["items"][0]["spec"]["devices"]
+    memo = DeviceMemo()
+    for d in shared:
+        want, got = _read_slow(d), _read_fast(d, memo)
+        assert json.dumps(got) == json.dumps(want), d
+    assert memo.entries  # the values were read through the table
+
+
+def test_a_map_read_from_the_last_of_its_name_reads_as_read_whole() -> None:
+    """Attributes read from the last device of the same name (only the values that differ) read as read whole."""
+    base = {"uuid": {"string": "GPU-0"}, "profile": {"string": "p1"}, "version": {"version": "1.2.3"}, "numa": {"int": 1}}
+    changes: list[dict[str, Any]] = [
+        {"uuid": {"string": "GPU-1"}},  # a string for a string: read from the last one
+        {"uuid": {"string": "GPU-2"}, "profile": {"string": "p2"}},
+        {"numa": {"int": 2}},  # a number
+        {"numa": {"bool": True}},  # a kind and a type
+        {"numa": {"int": True}},  # refused
+        {"version": {"version": "1.2"}},  # a version that does not parse: the error changes
+        {"version": {"string": "1.2"}},
+        {"uuid": {"version": "1.0.0"}},  # a string for a version
+        {"uuid": {"string": "x" * 65}},  # too long
+        {"uuid": {"int": 5}},
+        {"uuid": {"string": "GPU-3"}, "extra": {"string": "e"}},  # another name
+    ]
+    devices = []
+    for i, change in enumerate(changes):
+        devices.append({"name": "gpu-0", "attributes": base})
+        devices.append({"name": "gpu-0", "attributes": {**base, **change}})
+        devices.append({"name": "gpu-0", "attributes": {**base, **change, "uuid": {"string": f"GPU-{i}-again"}}})
+    data = json.dumps({"kind": "List", "items": [{"spec": {"devices": devices}}]}).encode()
+    shared = SharedDecoder().decode(data)["items"][0]["spec"]["devices"]
+    memo = DeviceMemo()
+    for d in shared:
+        want, got = _read_slow(d), _read_fast(d, memo)
+        assert json.dumps(got) == json.dumps(want), d
+        alone = DeviceMemo()  # the map read whole: the same conversion error for CEL
+        whole = _read_fast(d, alone)
+        if not isinstance(got, str):
+            assert memo.errors[id(got["attributes"])][1] == alone.errors[id(whole["attributes"])][1], d
 
 
 def test_memo_does_not_equate_one_true_and_one_point_zero() -> None:

@@ -278,3 +278,56 @@ def test_continue_token_is_read_from_the_head_only() -> None:
     assert continue_token(_page([1], "")) == ""
     assert continue_token(_page([1], "abc", metadata_first=False)) == ""
     assert continue_token(b"not json") == ""
+
+
+def _slice_page(node: int, cont: str) -> bytes:
+    """A page with one node's slice: devices of the same attributes but a UUID, as a fleet publishes them."""
+    devices = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {"type": {"string": "gpu"}, "uuid": {"string": f"GPU-{node}-{i}"}, "index": {"int": i}},
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+        for i in range(3)
+    ]
+    item = {
+        "metadata": {"name": f"node-{node}-slice"},
+        "spec": {"driver": DRIVER, "nodeName": f"node-{node}", "devices": devices},
+    }
+    meta = {"resourceVersion": "7", **({"continue": cont} if cont else {})}
+    return json.dumps(
+        {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1", "metadata": meta, "items": [item]}
+    ).encode()
+
+
+def test_slice_pages_decode_as_json_with_parts_shared_across_pages() -> None:
+    pages: dict[str, bytes | int] = {"": _slice_page(0, "t1"), "t1": _slice_page(1, "t2"), "t2": _slice_page(2, "")}
+    api, asked = _api(pages)
+    got = api.resource_slices()
+    want = [item for token in ("", "t1", "t2") for item in json.loads(pages[token])["items"]]  # type: ignore[arg-type]
+    assert got == want
+    assert json.dumps(got) == json.dumps(want)  # the same order of keys too
+    assert asked == ["", "t1", "t2"]
+    first, last = got[0]["spec"]["devices"][0], got[-1]["spec"]["devices"][0]
+    assert first["capacity"] is last["capacity"]  # equal parts are one object, whichever page they came on
+    assert first["attributes"]["type"] is last["attributes"]["type"]
+    assert first["attributes"]["uuid"] != last["attributes"]["uuid"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[1, 2]", b'{"items": [1, 2], "metadata": {}}', b'{"items": [{"spec": {"devices": [1]}}], "metadata": {}}', b"{nope"],
+)
+def test_slice_pages_the_shared_decoder_does_not_read_decode_as_before(body: bytes) -> None:
+    api, _ = _api({"": body})
+    try:
+        want: Any = json.loads(body)
+    except ValueError:
+        with pytest.raises(KubeApiError, match="answer is not JSON"):
+            api.resource_slices()
+        return
+    if not isinstance(want, dict):
+        with pytest.raises(KubeApiError, match="not a JSON object"):
+            api.resource_slices()
+        return
+    assert api.resource_slices() == [i for i in want["items"] if isinstance(i, dict)]

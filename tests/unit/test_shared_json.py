@@ -100,3 +100,63 @@ def test_a_file_that_is_not_utf8_is_refused_as_before(tmp_path: Any) -> None:
     bad.write_bytes(b'{"kind": "List", "items": [{"a": "\xff"}]}')
     with pytest.raises(InputError, match=r"not UTF-8 text: invalid start byte at byte 34"):
         load_objects(str(bad))
+
+
+_no_floats = st.none() | st.booleans() | st.integers() | st.text(max_size=5)
+_values_no_floats = st.recursive(
+    _no_floats, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+)
+_typed_device = st.dictionaries(st.sampled_from(["name", "attributes", "capacity", "x"]), _values_no_floats, max_size=4)
+_typed_spec = st.dictionaries(
+    st.sampled_from(["driver", "pool", "devices", "sharedCounters", "nodeName", "allNodes"]),
+    st.lists(st.dictionaries(st.text(max_size=3), _values_no_floats, max_size=3), max_size=3)
+    | st.lists(_typed_device, max_size=3)
+    | _values_no_floats,
+    max_size=5,
+)
+_typed_item = st.dictionaries(st.sampled_from(["kind", "metadata", "spec"]), _typed_spec | _values_no_floats, max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["apiVersion", "kind", "metadata", "items"]), st.lists(_typed_item, max_size=3) | _values_no_floats
+    )
+)
+def test_the_one_pass_reading_decodes_as_json_does(doc: dict[str, Any]) -> None:
+    """Layouts near the usual one (no floats): the one-pass reading or, where it does not apply, the other; the same value."""
+    data = json.dumps(doc).encode()
+    got = SharedDecoder().decode(data)
+    assert got is not None
+    assert json.dumps(got) == json.dumps(json.loads(data))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"kind": "List", "metadata": {"resourceVersion": "7", "remainingItemCount": 3}, "items": [{"metadata": '
+        b'{"name": "s", "generation": 2, "labels": {"a": "b"}, "finalizers": ["x"]}, "spec": {"devices": [{"name": "d"}]}}]}',
+        b'{"items": [{"spec": {"devices": [{"name": "d", "attributes": {"a": {"int": 1}}}], "sharedCounters": {"odd": 1}}}]}',
+        b'{"items": [{"spec": {"devices": {"a": 1}, "pool": {"name": "p", "generation": 1.5}}}], "kind": "List"}',
+        b'{"items": [{"spec": {"devices": [{"name": "d"}, 7]}}], "x": 1.0}',
+        b'{"items": [{"spec": {"driver": "\\ud800", "devices": [{"name": "d"}]}}]}',
+        b'{"items": [], "items": [{"spec": {"devices": [{"name": "a", "name": "b"}]}}], "kind": "List", "kind": 2}',
+    ],
+)
+def test_layouts_the_one_pass_reading_refuses_or_takes_decode_as_json_does(data: bytes) -> None:
+    got = SharedDecoder().decode(data)
+    if got is None:  # (a lone surrogate: neither reading takes it, json.loads does)
+        assert b"\\ud800" in data
+        return
+    assert got == json.loads(data)
+    assert json.dumps(got) == json.dumps(json.loads(data))
+
+
+def test_the_usual_layout_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = json.dumps(_slices(1)).encode()
+    decoder = SharedDecoder()
+    monkeypatch.setattr(decoder, "_items", None)  # the reading level by level would fail
+    monkeypatch.setattr(decoder, "_devices", None)
+    got = decoder.decode(data)
+    assert got is not None
+    assert json.dumps(got) == data.decode()

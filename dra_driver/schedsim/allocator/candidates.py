@@ -13,6 +13,7 @@ from typing import Any
 from dra_driver.schedsim.allocator.checks import CapacityError, untolerated_taint
 from dra_driver.schedsim.allocator.model import Candidate, Request
 from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec
+from dra_driver.schedsim.allocator.shapes import SelectorOutcome
 from dra_driver.schedsim.allocator.simulate import NodeAllocator
 
 
@@ -24,6 +25,12 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
     """
     out: list[Candidate] = []
     node = allocator.node
+    # A selector outcome's verdict and detail, worded once per outcome (outcomes are shared by device shape).
+    worded: dict[int, tuple[SelectorOutcome, str, str]] = {}
+    by_view = allocator.outcomes_by_view(ci, req)
+    in_use, admin = allocator.state.devices, req.admin_access
+    # (a field no device has where selectors do not see allowMultipleAllocations: None, as the allocator keys it)
+    multi_key = "allowMultipleAllocations" if allocator.rules.selectors_see_multiple_allocations else _NO_FIELD
     for pool in allocator.pools:
         if pool.incomplete or pool.invalid:
             out.append(
@@ -32,10 +39,38 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
                 )
             )
             continue
+        driver, pname = pool.driver, pool.name
         for s in pool.slices:
-            for d in slice_spec(s).get("devices") or []:
-                out.append(_explain_device(allocator, ci, req, pool, s, d))
+            spec = slice_spec(s)
+            per_device = bool(spec.get("perDeviceNodeSelection"))
+            for d in spec.get("devices") or []:
+                # The usual device, its selectors' outcome known (the view key as NodeAllocator.selector_outcome makes it):
+                # rejected by a selector, worded once per outcome.
+                dname = str(d.get("name", ""))
+                if (driver, pname, dname) not in in_use or admin:
+                    vkey = (driver, id(d.get("attributes")), id(d.get("capacity")), d.get(multi_key))
+                    sel = by_view.get(vkey, _UNKNOWN)
+                    if sel is not None and sel is not _UNKNOWN:
+                        hit = worded.get(id(sel))
+                        if hit is None:
+                            hit = worded[id(sel)] = (sel, *_word(req, sel))  # (the outcome kept alive: its id stays its own)
+                        out.append(Candidate(node, f"{pname}/{dname}", hit[1], hit[2]))
+                        continue
+                out.append(_explain_device(allocator, ci, req, pool, per_device, d, worded))
     return out
+
+
+_UNKNOWN: Any = object()
+_NO_FIELD: Any = object()  # a dict key no device has (an API device's keys are strings)
+
+
+def _word(req: Request, sel: SelectorOutcome) -> tuple[str, str]:
+    """(verdict, detail) of a device its selectors reject."""
+    where = f"class {req.class_name}" if sel.group == 0 else "request " + req.name
+    if sel.stage == "false":
+        return "no-match", f"{where} selector #{sel.index} is false: {sel.expression}"
+    kind = "CEL compile error" if sel.error_kind == "compile" else "CEL runtime error"
+    return "error", f"{where} selector #{sel.index}: {kind}: {sel.message}"
 
 
 def _explain_device(  # noqa: PLR0911, PLR0917 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
@@ -43,8 +78,9 @@ def _explain_device(  # noqa: PLR0911, PLR0917 - mirrors the Go allocator's func
     ci: int,
     req: Request,
     pool: Pool,
-    s: Mapping[str, Any],
+    per_device: bool,
     d: Mapping[str, Any],
+    worded: dict[int, tuple[SelectorOutcome, str, str]],
 ) -> Candidate:
     did = a.dev_id(pool, d)
     name = f"{pool.name}/{did[2]}"
@@ -52,14 +88,11 @@ def _explain_device(  # noqa: PLR0911, PLR0917 - mirrors the Go allocator's func
         return Candidate(a.node, name, "unavailable", f"already allocated to claim {a.state.devices[did]}")
     sel = a.selector_outcome(ci, req, did, d)  # the class's selectors, then the request's; once per device shape
     if sel is not None:
-        where = f"class {req.class_name}" if sel.group == 0 else "request " + req.name
-        if sel.stage == "false":
-            return Candidate(a.node, name, "no-match", f"{where} selector #{sel.index} is false: {sel.expression}")
-        kind = "CEL compile error" if sel.error_kind == "compile" else "CEL runtime error"
-        return Candidate(a.node, name, "error", f"{where} selector #{sel.index}: {kind}: {sel.message}")
-    if slice_spec(s).get("perDeviceNodeSelection") and not node_matches(
-        a.node, a.labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector")
-    ):
+        hit = worded.get(id(sel))
+        if hit is None:
+            hit = worded[id(sel)] = (sel, *_word(req, sel))  # (the outcome kept alive: its id stays its own)
+        return Candidate(a.node, name, hit[1], hit[2])
+    if per_device and not node_matches(a.node, a.labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector")):
         return Candidate(a.node, name, "unavailable", "device is not available on this node")
     try:
         ok, why = a.capacity_ok(req, pool, d)

@@ -13,13 +13,18 @@ copy is returned, so devices of one shape share their parts (the allocator's cac
 those parts' identity, then compute once per shape); parts read anew that equal earlier ones in
 content are given the earlier copy too (:meth:`DeviceMemo.intern`). A part that is the very object
 read before (the slices decoder, ``dra_driver.core.shared_json``, gives equal texts one object) is
-known at once, without comparing it. Each new copy's conversion error for CEL (a version or
+known at once, without comparing it. New attributes that differ from the last ones of a device of
+the same name (another node's) only in a few strings, a GPU's UUID, are read from those: only the
+values that differ are read (:func:`_attributes_like`), and each attribute value the decoder shares
+is read once (:attr:`DeviceMemo.entries`). Each new copy's conversion error for CEL (a version or
 quantity that does not parse) is found while reading it (:attr:`DeviceMemo.errors`), so the
 allocator's device views need not look again.
 """
 
 from __future__ import annotations
 
+from itertools import compress, count
+from operator import is_not
 from typing import Any
 
 from dra_driver.schedsim.allocator.validate import (
@@ -37,6 +42,7 @@ from dra_driver.schedsim.cel.projection import capacity_error, version_error
 _FIELDS = frozenset({"name", "attributes", "capacity", "consumesCounters", "allowMultipleAllocations"})
 _CONSUMPTION_FIELDS = frozenset({"counterSet", "counters"})
 _INT64 = 2**63
+_ENTRIES_LIMIT = 1 << 16
 
 
 class DeviceMemo:
@@ -47,12 +53,15 @@ class DeviceMemo:
     the types of numbers (``==`` equates ``1``, ``1.0`` and ``True``).
     """
 
-    __slots__ = ("attributes", "by_id", "by_name", "errors", "interned")
+    __slots__ = ("attributes", "attributes_by_name", "by_id", "by_name", "entries", "errors", "interned")
 
     def __init__(self) -> None:
         self.attributes: _Seen | None = None
+        # id of one attribute's input value (the decoder shares equal ones) -> it, kept alive, read (see _entry).
+        self.entries: dict[int, _Entry] = {}
         self.by_id: dict[int, _Seen] = {}  # id of an attributes input -> what it read as (the input kept alive there)
         self.by_name: dict[str, tuple[_Seen | None, _Seen | None]] = {}
+        self.attributes_by_name: dict[str, _Seen] = {}  # device name -> the attributes of the last device of that name
         self.interned: dict[tuple[Any, ...], Any] = {}  # content -> the one copy of equal parts
         # id of an attributes or capacity copy -> (the copy, kept alive; its conversion error for CEL,
         # or None), found while reading it: the allocator's device views take it from here (see shapes.py).
@@ -66,11 +75,19 @@ class DeviceMemo:
 class _Seen:
     """One part read before: the input, its copy, its key order and the types of its numeric attribute values."""
 
-    __slots__ = ("copy", "keys", "numeric", "raw")
+    __slots__ = ("copy", "error", "key", "keys", "numeric", "raw")
 
-    def __init__(self, raw: Any, copy: Any, numeric: tuple[tuple[str, type], ...] = ()) -> None:
+    def __init__(
+        self,
+        raw: Any,
+        copy: Any,
+        numeric: tuple[tuple[str, type], ...] = (),
+        key: tuple[Any, ...] | None = None,
+        error: str | None = None,
+    ) -> None:
         self.raw, self.copy, self.numeric = raw, copy, numeric
         self.keys = tuple(raw) if type(raw) is dict else _counter_keys(raw)
+        self.key, self.error = key, error  # an attributes map's content and conversion error (see _attributes)
 
     def same(self, v: dict[str, Any]) -> bool:
         """The map ``v`` reads as this one did: equal, keys in the same order, numbers of the same types."""
@@ -104,11 +121,33 @@ _NOTHING: tuple[None, None] = (None, None)
 _EMPTY: dict[str, Any] = {}
 
 
-def _attributes(v: Any) -> tuple[dict[str, Any], tuple[tuple[str, type], ...], tuple[Any, ...], str | None] | None:
+# One attribute value read: (the input, kept alive; its kind; its value; the value's type; its copy).
+_Entry = tuple[Any, str, Any, type, dict[str, Any]]
+
+
+def _entry(a: Any) -> _Entry | None:
+    """One attribute value of one valid scalar, read; None otherwise."""
+    if type(a) is not dict or len(a) != 1:
+        return None
+    ((kind, x),) = a.items()
+    tx = type(x)
+    if tx is str:
+        if len(x) > MAX_ATTRIBUTE_VALUE_LENGTH or (kind != "string" and kind != "version"):  # noqa: PLR1714 - str ==, not `in`
+            return None
+    elif not ((tx is int and kind == "int" and -_INT64 <= x < _INT64) or (tx is bool and kind == "bool")):
+        return None
+    return a, kind, x, tx, {kind: x}
+
+
+def _attributes(
+    v: Any, entries: dict[int, _Entry]
+) -> tuple[dict[str, Any], tuple[tuple[str, type], ...], tuple[Any, ...], str | None] | None:
     """An attributes map whose every entry is one valid scalar, read in one pass; None otherwise.
 
     Returns its copy, the types of its numeric values (for :meth:`_Seen.same`), its content (the
     key to intern it by) and its conversion error for CEL (the first version that does not parse).
+    Each entry's value is read once per input value (``entries``: the decoder gives equal values
+    one object, so maps that differ in a UUID read only that anew); the copies share its copy.
     """
     if type(v) is not dict or len(v) > MAX_ATTRIBUTES_AND_CAPACITIES:
         return None
@@ -117,25 +156,58 @@ def _attributes(v: Any) -> tuple[dict[str, Any], tuple[tuple[str, type], ...], t
     key: list[Any] = ["a"]
     error: str | None = None
     for name, a in v.items():
-        if type(name) is not str or len(name) > MAX_NAME_LENGTH or type(a) is not dict or len(a) != 1:
+        if type(name) is not str or len(name) > MAX_NAME_LENGTH:
             return None
-        ((kind, x),) = a.items()
-        tx = type(x)
-        if tx is str:
-            if len(x) > MAX_ATTRIBUTE_VALUE_LENGTH:
+        e = entries.get(id(a))
+        if e is None or e[0] is not a:
+            e = _entry(a)
+            if e is None:
                 return None
-            if kind != "string":
-                if kind != "version":
-                    return None
-                if error is None:
-                    error = version_error(name, x)
-        elif (tx is int and kind == "int" and -_INT64 <= x < _INT64) or (tx is bool and kind == "bool"):
+            if len(entries) >= _ENTRIES_LIMIT:  # values not shared (another decoder): a bounded table
+                entries.clear()
+            entries[id(a)] = e
+        _, kind, x, tx, copy = e
+        if tx is not str:
             numeric.append((name, tx))
-        else:
-            return None
-        out[name] = {kind: x}
+        elif error is None and kind == "version":
+            error = version_error(name, x)
+        out[name] = copy
         key.append((name, kind, tx, x))
     return out, tuple(numeric), tuple(key), error
+
+
+def _attributes_like(
+    v: dict[str, Any], like: _Seen, entries: dict[int, _Entry]
+) -> tuple[dict[str, Any], tuple[tuple[str, type], ...], tuple[Any, ...], str | None] | None:
+    """:func:`_attributes` of ``v`` from a map read before (``like``, of a device of the same name), or None to read it whole.
+
+    Where ``v`` has the same names in the same order and the very same values (the decoder shares
+    equal ones) but for a few strings (a GPU's UUID), only those are read: the rest reads as it did
+    in ``like``. None where anything else differs (a number, a version, a kind, a name).
+    """
+    raw, key = like.raw, like.key
+    if key is None or len(v) != len(raw) or tuple(v) != like.keys:
+        return None
+    values = tuple(v.values())
+    differ = list(compress(count(), map(is_not, values, raw.values())))
+    if not differ:
+        return like.copy, like.numeric, key, like.error
+    content = list(key)
+    copy = dict(like.copy)
+    for i in differ:
+        a = values[i]
+        e = entries.get(id(a))
+        if e is None or e[0] is not a:
+            e = _entry(a)
+            if e is None:
+                return None
+        _, kind, x, tx, entry_copy = e
+        name, old_kind, old_type, _ = content[i + 1]
+        if kind != "string" or tx is not str or old_kind != "string" or old_type is not str:
+            return None  # not one string for another: the numbers' types or the versions' error may change
+        copy[name] = entry_copy
+        content[i + 1] = (name, kind, tx, x)
+    return copy, like.numeric, tuple(content), like.error
 
 
 def _quantities(v: Any, limit: int) -> dict[str, Any] | None:
@@ -189,15 +261,20 @@ def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR
         if prev is None or not prev.same(attrs_in):
             prev = memo.by_id.get(id(attrs_in))  # the same object read before (shared by the decoder)
             if prev is None or prev.raw is not attrs_in:
-                read = _attributes(attrs_in)
+                like = memo.attributes_by_name.get(name) if name is not None else None
+                read = _attributes_like(attrs_in, like, memo.entries) if like is not None else None
+                if read is None:
+                    read = _attributes(attrs_in, memo.entries)
                 if read is None:
                     return None
                 copy, numeric, key, error = read
                 interned = memo.intern(key, copy)
                 if interned is copy:
                     memo.errors[id(copy)] = (copy, error)
-                prev = memo.by_id[id(attrs_in)] = _Seen(attrs_in, interned, numeric)
+                prev = memo.by_id[id(attrs_in)] = _Seen(attrs_in, interned, numeric, key, error)
             memo.attributes = prev
+        if name is not None:
+            memo.attributes_by_name[name] = prev
         attrs = prev.copy
     elif attrs_in is not None or "attributes" in m:
         return None

@@ -169,7 +169,8 @@ class SliceIndex:
         # (the names of a pool's counter sets and counters, id of a device's consumesCounters) ->
         # (the consumesCounters, kept alive; why it names a counter the pool lacks, or ""): every
         # node's pool with the same counters checks a consumption once (see _build_pool).
-        self.counter_checks: dict[tuple[Any, int], tuple[Any, str]] = {}
+        # counter names of a pool -> id of a consumesCounters -> (it, kept alive; why it names a missing counter, or "")
+        self.counter_checks: dict[Any, dict[int, tuple[Any, str]]] = {}
 
 
 def _own_node(sp: Mapping[str, Any], always: bool) -> bool:
@@ -270,7 +271,7 @@ def _build_pool(  # noqa: PLR0917 - the pool's identity, its slices, the rules, 
     mine: Sequence[Mapping[str, Any]],
     all_slices: Sequence[Mapping[str, Any]],
     rules: Rules,
-    checks: dict[tuple[Any, int], tuple[Any, str]],
+    checks: dict[Any, dict[int, tuple[Any, str]]],
 ) -> Pool:
     """The pool of the node's slices ``mine`` (of ``all_slices``, the pool's at its generation), or why it is invalid.
 
@@ -296,17 +297,22 @@ def _build_pool(  # noqa: PLR0917 - the pool's identity, its slices, the rules, 
     # Devices of one consumption (the reader gives equal ones one copy) are checked once against
     # counters of the same names, on whichever node; in device order, so the first bad one is named.
     names = tuple((cs, tuple(cnt)) for cs, cnt in pool.counter_sets.items())
+    checked = checks.get(names)  # (the names hashed once per pool, not once per device)
+    if checked is None:
+        checked = checks[names] = {}
+    last: Any = None  # the consumption just found fine (consecutive devices often share one)
     for s in [*(mine if rules.counter_slices_always_gathered else pool.slices), *pool.other_slices]:
         for d in slice_spec(s).get("devices") or []:
             ccs = d.get("consumesCounters")
-            if not ccs:
+            if not ccs or ccs is last:
                 continue
-            hit = checks.get((names, id(ccs)))
+            hit = checked.get(id(ccs))
             if hit is None:
-                hit = checks[(names, id(ccs))] = (ccs, _missing_counter(ccs, pool.counter_sets))
+                hit = checked[id(ccs)] = (ccs, _missing_counter(ccs, pool.counter_sets))
             if hit[1]:
                 pool.invalid = hit[1]
                 return pool
+            last = ccs
     return pool
 
 

@@ -49,14 +49,20 @@ class ShapeCache:
     """What is computed once per shape: views, selector outcomes, capacity and counter checks (each keyed as noted)."""
 
     views: dict[ViewKey, DeviceView] = field(default_factory=dict)
-    # None: every selector accepts the device.
-    outcomes: dict[tuple[int, str, int], SelectorOutcome | None] = field(default_factory=dict)
+    # (claim index, request name) -> view key (as :attr:`views`) -> the outcome; None: every selector accepts the device.
+    outcomes: dict[tuple[int, str], dict[ViewKey, SelectorOutcome | None]] = field(default_factory=dict)
+    # (claim index, request name) -> the class's then the request's selectors, compiled (see ``simulate.py``).
+    chains: dict[tuple[int, str], tuple[Any, ...]] = field(default_factory=dict)
+    # (claim index, request name) -> what its selectors read of a device (``NodeAllocator._projection``) -> the outcome.
+    projections: dict[tuple[int, str], dict[tuple[Any, ...], SelectorOutcome | None]] = field(default_factory=dict)
+    # Devices whose outcome was found by projection, without a view: kept alive, so their parts' ids in outcomes stay theirs.
+    alive: list[Any] = field(default_factory=list)
     # (id of capacity, fractional) -> (the capacity, kept alive; capacity_fits' answer; its error, or None),
     # for requests that ask for no capacity on devices nothing uses yet.
     capacity: dict[tuple[int, bool], tuple[Any, tuple[bool, str], str | None]] = field(default_factory=dict)
-    # (the content of a pool's available counters, id of a device's consumesCounters) -> (the
+    # The content of a pool's available counters -> id of a device's consumesCounters -> (the
     # consumesCounters, kept alive; whether it fits them), for pools the attempt reserves nothing of yet.
-    counters: dict[tuple[Any, int], tuple[Any, bool]] = field(default_factory=dict)
+    counters: dict[tuple[Any, ...], dict[int, tuple[Any, bool]]] = field(default_factory=dict)
     # id of an attributes or capacity map -> (the map, kept alive; its conversion error for CEL, or
     # None), as the reader found them (``fastread.DeviceMemo.errors``): a view of a device whose
     # parts are all here is given its error instead of looking for it.

@@ -34,7 +34,7 @@ from dra_driver.schedsim.allocator.model import (
     qty,
 )
 from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec, unmergeable_terms
-from dra_driver.schedsim.allocator.shapes import SelectorOutcome, ShapeCache
+from dra_driver.schedsim.allocator.shapes import SelectorOutcome, ShapeCache, ViewKey
 from dra_driver.schedsim.cel import CelCompileError, CelError, CompiledSelector, DeviceView, compile_selector
 from dra_driver.schedsim.rules import NEWEST, Rules
 
@@ -50,6 +50,11 @@ _CLOCK_EVERY = 256  # steps between looks at the clock
 
 _COMPILE_FAILURES: dict[str, CelCompileError] = {}
 _NO_ERROR: tuple[None, None] = (None, None)  # a part the device lacks: no conversion error
+_UNKNOWN: Any = object()  # no outcome stored yet
+_EMPTY: Mapping[str, Any] = {}
+# One selector of a request's chain: (group: 0 class, 1 request; its index there; the expression;
+# the compiled selector, None where it does not compile; its outcome when false, or the compile error).
+_Link = tuple[int, int, str, CompiledSelector | None, SelectorOutcome]
 
 
 def compile_cached(expression: str, rules: Rules = NEWEST) -> CompiledSelector:
@@ -121,8 +126,8 @@ class NodeAllocator:
         self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self.available_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self._negative_counters: dict[tuple[str, str], list[tuple[str, str]]] = {}  # overdrawn (cs, counter) per pool
-        # Per pool ID: the available counters' content (a key of shapes.counters) and how many devices this attempt reserves.
-        self._available_keys: dict[tuple[str, str], tuple[Any, ...]] = {}
+        # Per pool ID: shapes.counters' answers for its available counters, and how many devices this attempt reserves.
+        self._fits: dict[tuple[str, str], dict[int, tuple[Any, bool]]] = {}
         self._reserved: dict[tuple[str, str], int] = {}
         self.results: list[list[Result]] = [[] for _ in claims]
         self.constraints: list[list[Constraint]] = []
@@ -273,28 +278,96 @@ class NodeAllocator:
 
         Computed once per device shape (see ``shapes.py``): the outcome never names the device.
         """
-        view = self.view(did, d)
-        key = (ci, req.name, id(view))
-        outcomes = self.shapes.outcomes
-        if key in outcomes:
-            return outcomes[key]
-        cls = self.classes.get(req.class_name) or {}
-        class_sels = [str((x.get("cel") or {}).get("expression", "")) for x in (cls.get("spec") or {}).get("selectors") or []]
-        out = outcomes[key] = self._evaluate(((0, class_sels), (1, req.selectors)), view)
-        return out
+        multi = d.get("allowMultipleAllocations") if self.rules.selectors_see_multiple_allocations else None
+        vkey = (did[0], id(d.get("attributes")), id(d.get("capacity")), multi)  # the view's key (see view())
+        by_view = self.outcomes_by_view(ci, req)
+        hit = by_view.get(vkey, _UNKNOWN)
+        if hit is not _UNKNOWN:
+            return hit  # type: ignore[no-any-return] # an outcome stored below
+        chain = self._chain(ci, req)
+        # A device of another view that reads the same to every selector of the chain (devices that
+        # differ only in what no selector reads, a GPU's UUID, ...) has the same outcome.
+        pkey = self._projection(chain, did[0], d)
+        if pkey is None:
+            # The view keeps the device's parts alive (shapes.views), so the ids in vkey stay theirs.
+            out = by_view[vkey] = self._evaluate(chain, self.view(did, d))
+            return out
+        by_projection = self.shapes.projections.setdefault((ci, req.name), {})
+        hit = by_projection.get(pkey, _UNKNOWN)
+        if hit is not _UNKNOWN:
+            self.shapes.alive.append(d)  # (keeps the parts alive, so the ids in vkey stay theirs)
+        else:
+            hit = by_projection[pkey] = self._evaluate(chain, self.view(did, d))  # (the view keeps them alive)
+        by_view[vkey] = hit
+        return hit  # type: ignore[no-any-return] # an outcome stored above
 
-    def _evaluate(self, groups: tuple[tuple[int, list[str]], ...], view: DeviceView) -> SelectorOutcome | None:
-        for group, sels in groups:
-            for i, expr in enumerate(sels):
-                try:
-                    sel = compile_cached(expr, self.rules)
-                except CelError as err:
-                    return SelectorOutcome(group, i, expr, "compile", err.kind, err.message)
-                try:
-                    if not sel.matches_view(view):
-                        return SelectorOutcome(group, i, expr, "false")
-                except CelError as err:
-                    return SelectorOutcome(group, i, expr, "runtime", err.kind, err.message)
+    def _projection(self, chain: tuple[_Link, ...], driver: str, d: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """What the chain's selectors read of the device, read from its published maps; None where that cannot be told so.
+
+        Two devices with the same key get the same outcome: either the same conversion error (which
+        fails the first selector that compiles), or, for every selector, the key its own answers are
+        shared by (``CompiledSelector.matches_view``). None where a selector reads the whole device,
+        a whole map or domain, or the reader did not find the device's conversion error.
+        """
+        known = self.shapes.conversion_errors
+        attrs, caps = d.get("attributes"), d.get("capacity")
+        a = known.get(id(attrs)) if attrs is not None else _NO_ERROR
+        c = known.get(id(caps)) if caps is not None else _NO_ERROR
+        if a is None or c is None:
+            return None
+        error = a[1] if a[1] is not None else c[1]
+        if error is not None:
+            return (error,)  # (a key of one string: no other key starts with one)
+        multi = bool(d.get("allowMultipleAllocations", False)) if self.rules.selectors_see_multiple_allocations else False
+        out: list[Any] = [None]
+        for _, _, _, sel, _ in chain:
+            if sel is None:  # it does not compile: what follows is never evaluated
+                break
+            k = sel.projector.published_key(attrs or _EMPTY, caps or _EMPTY, driver, multi)
+            if k is None:
+                return None
+            out.append(k)
+        return tuple(out)
+
+    def outcomes_by_view(self, ci: int, req: Request) -> dict[ViewKey, SelectorOutcome | None]:
+        """The request's selector outcomes found so far, by view key (see :meth:`selector_outcome`)."""
+        rkey = (ci, req.name)
+        by_view = self.shapes.outcomes.get(rkey)
+        if by_view is None:
+            by_view = self.shapes.outcomes[rkey] = {}
+        return by_view
+
+    def _chain(self, ci: int, req: Request) -> tuple[_Link, ...]:
+        """The class's then the request's selectors, compiled once per request (up to the first that does not compile)."""
+        rkey = (ci, req.name)
+        chain = self.shapes.chains.get(rkey)
+        if chain is None:
+            cls = self.classes.get(req.class_name) or {}
+            class_sels = [str((x.get("cel") or {}).get("expression", "")) for x in (cls.get("spec") or {}).get("selectors") or []]
+            links: list[_Link] = []
+            for group, sels in ((0, class_sels), (1, req.selectors)):
+                for i, expr in enumerate(sels):
+                    try:
+                        links.append((group, i, expr, compile_cached(expr, self.rules), SelectorOutcome(group, i, expr, "false")))
+                    except CelError as err:
+                        links.append((group, i, expr, None, SelectorOutcome(group, i, expr, "compile", err.kind, err.message)))
+                        break
+                else:
+                    continue
+                break
+            chain = self.shapes.chains[rkey] = tuple(links)
+        return chain
+
+    @staticmethod
+    def _evaluate(chain: tuple[_Link, ...], view: DeviceView) -> SelectorOutcome | None:
+        for group, i, expr, sel, failed in chain:
+            if sel is None:  # it does not compile
+                return failed
+            try:
+                if not sel.matches_view(view):
+                    return failed
+            except CelError as err:
+                return SelectorOutcome(group, i, expr, "runtime", err.kind, err.message)
         return None
 
     def _runtime_error(self, where: str, i: int, did: DeviceID, message: str) -> str:
@@ -408,12 +481,12 @@ class NodeAllocator:
     def fits_alone(self, pkey: tuple[str, str], d: Mapping[str, Any]) -> bool:
         """Whether the device's consumption alone fits the pool's available counters (cached per content, see ``shapes.py``)."""
         ccs = d.get("consumesCounters")
-        key = (self._available_keys[pkey], id(ccs))
-        hit = self.shapes.counters.get(key)
+        fits = self._fits[pkey]
+        hit = fits.get(id(ccs))
         if hit is None:
             consumed: dict[str, dict[str, Quantity]] = {}
             self._counters_add(consumed, d, +1)
-            hit = self.shapes.counters[key] = (
+            hit = fits[id(ccs)] = (
                 ccs,
                 self._counters_cover(self.available_counters[pkey], consumed, self._negative_counters[pkey]),
             )
@@ -445,9 +518,11 @@ class NodeAllocator:
                                 cset[n] = cset[n].sub(qty(c.get("value")))
         self.available_counters[pkey] = avail
         self._negative_counters[pkey] = [(cs, n) for cs, cnt in avail.items() for n, v in cnt.items() if v.sign() < 0]
-        self._available_keys[pkey] = tuple(
-            (cs, tuple((n, v.unscaled, v.exp) for n, v in cnt.items())) for cs, cnt in avail.items()
-        )
+        content = tuple((cs, tuple((n, v.unscaled, v.exp) for n, v in cnt.items())) for cs, cnt in avail.items())
+        fits = self.shapes.counters.get(content)  # (the content hashed once per pool, not once per device)
+        if fits is None:
+            fits = self.shapes.counters[content] = {}
+        self._fits[pkey] = fits
         return avail
 
     @staticmethod

@@ -8,8 +8,10 @@ the same projection. :func:`reads` finds the parts statically: ``device.attribut
 ``["x"]``, ``.?x``, ``has(...)`` (also through ``cel.bind``), ``device.capacity`` likewise,
 ``device.driver`` and ``device.allowMultipleAllocations``; anything it cannot pin down (a domain
 map passed around or iterated, a computed key) widens the read to the whole domain, or to the
-whole device. A :class:`DeviceView` holds one device split by domain, built once and shared by
-every selector.
+whole device. A map read whole is keyed with its entries in order (CEL iterates a map in its
+order). A :class:`DeviceView` holds one device split by domain, built once and shared by every
+selector; :meth:`Projector.published_key` gives a view's key from the device's published maps
+without one, for selectors that read single entries (the allocator's outcomes by projection).
 """
 
 from __future__ import annotations
@@ -366,17 +368,19 @@ def _attr_key(attr: Any) -> Any:
 
 
 def _freeze(v: Any) -> Any:
+    """A hashable stand-in for a value read whole: maps in their order (CEL iterates a map in it, so order is read too)."""
     if v is None or isinstance(v, str | int | float | bool | tuple):
         return v
-    return json.dumps(v, sort_keys=True, separators=(",", ":"), default=repr)
+    return json.dumps(v, separators=(",", ":"), default=repr)
 
 
 class Projector:
     """Computes a selector's projection key of a device view."""
 
-    __slots__ = ("driver", "everything", "multi", "pieces")
+    __slots__ = ("_published", "driver", "everything", "multi", "pieces")
 
     def __init__(self, r: Reads) -> None:
+        self._published: dict[str, tuple[tuple[bool, str | None, str | None], ...] | None] = {}  # see published_key
         self.everything = r.everything
         self.driver = r.driver
         self.multi = r.multi
@@ -403,4 +407,48 @@ class Projector:
                 out.append(_freeze(m))
             else:
                 out.append(v.piece(which, domain, ident))
+        return tuple(out)
+
+    def published_key(
+        self, attributes: Mapping[str, Any], capacity: Mapping[str, Any], driver: str, multi: bool
+    ) -> tuple[Any, ...] | None:
+        """:meth:`key` of the view of a device with these published maps, read from them without a view.
+
+        ``multi``: the view's :attr:`DeviceView.multi`. None where it cannot be read this way: the
+        selector reads the whole device, a whole map or a whole domain, or the device publishes one
+        name both bare and with the driver's domain (the view decides which one counts).
+        """
+        names = self._published.get(driver, _UNSET)
+        if names is _UNSET:
+            names = self._published[driver] = self._names(driver)
+        if names is None:
+            return None
+        out: list[Any] = [driver if self.driver else None, multi if self.multi else None]
+        for is_attr, qualified, bare in names:
+            raw = attributes if is_attr else capacity
+            found_q = qualified is not None and qualified in raw
+            found_b = bare is not None and bare in raw
+            if found_q:
+                if found_b:
+                    return None
+                v = raw[qualified]
+            elif found_b:
+                v = raw[bare]
+            else:
+                out.append(None)
+                continue
+            out.append(_attr_value(v) if is_attr else _cap_value(v))
+        return tuple(out)
+
+    def _names(self, driver: str) -> tuple[tuple[bool, str | None, str | None], ...] | None:
+        """Per piece: (an attribute?, its name with the domain, its bare name), as :meth:`DeviceView.piece` looks them up."""
+        if self.everything:
+            return None
+        out = []
+        for which, domain, ident in self.pieces:
+            if domain is None or ident is None:
+                return None
+            qualified = f"{domain}/{ident}" if "/" not in domain else None
+            bare = ident if domain == driver and "/" not in ident else None
+            out.append((which == "attributes", qualified, bare))
         return tuple(out)
