@@ -9,8 +9,9 @@ down to each device's fields, kept as raw JSON (in one pass where the list has t
 layout), and decodes each distinct field text once with the standard ``json`` module: equal
 texts give one shared object (never to be changed in place).
 The result equals what ``json.loads`` gives for the same bytes; where the fast reading does not
-apply (not one JSON object, not UTF-8, a syntax ``msgspec`` refuses, another layout) it returns
-None and the caller decodes the usual way, so errors read as before. Pure: bytes in, objects out.
+apply (not one JSON object, not UTF-8, a syntax ``msgspec`` refuses, another layout, nesting as
+deep as ``json.loads`` refuses) it returns None and the caller decodes the usual way, so errors
+read as before. Pure: bytes in, objects out.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ _Top = dict[str, list[dict[str, _Object | str | int | bool | None]] | _Object | 
 _JSON_SPACE = b" \t\r\n"
 _FAILURES = (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError)
 _JSON = json.JSONDecoder()  # what json.loads uses: the same values
+# A part with this many brackets may be nested deep enough for the depth to matter: ``json.loads``
+# of the whole text fails (RecursionError) where the part, decoded on its own, is less deep by the
+# objects and lists that hold it (at most _HOLDERS in the layouts read here). Such a part is
+# decoded inside as many lists, so it fails wherever the whole would (and the caller reads the
+# text the usual way); parts below the mark are too shallow for any depth limit.
+_DEEP_MARK = 256
+_HOLDERS = 8
 
 
 class SharedDecoder:
@@ -97,17 +105,17 @@ class SharedDecoder:
     def _list(self, raw: msgspec.Raw) -> Any:
         text = bytes(raw)
         if text[:1] != b"[":
-            return json.loads(text)
+            return _decoded(text)
         try:
             items = self._items.decode(text)
         except msgspec.ValidationError:  # an item that is no object: the list as it is
-            return json.loads(text)
+            return _decoded(text)
         return [{k: self._spec(v) if k == "spec" else _plain(v) for k, v in item.items()} for item in items]
 
     def _spec(self, raw: msgspec.Raw) -> Any:
         text = bytes(raw)
         if text[:1] != b"{":
-            return json.loads(text)
+            return _decoded(text)
         out: dict[str, Any] = {}
         for key, v in self._fields.decode(text).items():
             if key == "devices":
@@ -122,17 +130,17 @@ class SharedDecoder:
         """The value of one field's JSON text, decoded the first time it is seen."""
         got = self._parts.get(field)
         if got is None:
-            got = self._parts[field] = _JSON.decode(field.decode())
+            got = self._parts[field] = _decoded(field)
         return got
 
     def _device_list(self, raw: msgspec.Raw) -> Any:
         text = bytes(raw)
         if text[:1] != b"[":
-            return json.loads(text)
+            return _decoded(text)
         try:
             devices = self._devices.decode(text)
         except msgspec.ValidationError:  # a device that is no object: the list as it is
-            return json.loads(text)
+            return _decoded(text)
         return self._shared_devices(devices)
 
     def _shared_devices(self, devices: list[_Fields]) -> list[dict[str, Any]]:
@@ -145,7 +153,7 @@ class SharedDecoder:
                 field = bytes(v)
                 got = parts.get(field)
                 if got is None:
-                    got = parts[field] = self._map(field) if key == "attributes" else _JSON.decode(field.decode())
+                    got = parts[field] = self._map(field) if key == "attributes" else _decoded(field)
                 dev[key] = got
             out.append(dev)
         return out
@@ -153,14 +161,14 @@ class SharedDecoder:
     def _map(self, field: bytes) -> Any:
         """An object whose entries are decoded once per distinct text (a device's attributes differ in a value or two)."""
         if field[:1] != b"{":
-            return _JSON.decode(field.decode())
+            return _decoded(field)
         parts = self._parts
         out: dict[str, Any] = {}
         for k, v in self._fields.decode(field).items():  # (what _part does, inline: a map has many entries)
             text = bytes(v)
             got = parts.get(text)
             if got is None:
-                got = parts[text] = _JSON.decode(text.decode())
+                got = parts[text] = _decoded(text)
             out[k] = got
         return out
 
@@ -179,7 +187,22 @@ def _value(v: Any) -> Any:
 
 def _plain(raw: msgspec.Raw) -> Any:
     """A field decoded on its own (not shared)."""
-    return _JSON.decode(bytes(raw).decode())
+    return _decoded(bytes(raw))
+
+
+def _decoded(text: bytes) -> Any:
+    """The value of one part's JSON text (UTF-8, as checked), as ``json.loads`` reads it within the whole text.
+
+    A part deep enough for the depth to matter (see ``_DEEP_MARK``) is decoded as deep as it lies
+    there, or deeper: where ``json.loads`` of the whole text would exceed the recursion limit, so
+    does this (a RecursionError, and the caller decodes the text the usual way).
+    """
+    if len(text) < 2 * _DEEP_MARK or text.count(b"[") + text.count(b"{") < _DEEP_MARK:  # (each bracket is closed)
+        return _JSON.decode(text.decode())
+    value = _JSON.decode("[" * _HOLDERS + text.decode() + "]" * _HOLDERS)
+    for _ in range(_HOLDERS):
+        value = value[0]
+    return value
 
 
 def _utf8(data: bytes) -> bool:

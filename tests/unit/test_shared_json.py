@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -160,3 +161,46 @@ def test_the_usual_layout_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch) -
     got = decoder.decode(data)
     assert got is not None
     assert json.dumps(got) == data.decode()
+
+
+def _nested(depth: int, where: str) -> bytes:
+    """A list of one slice with a value ``depth`` lists deep: an attribute's, a device field's, or the metadata's."""
+    deep = "[" * depth + "]" * depth
+    device = {"name": "a", "attributes": {"x": {"int": 1}}}
+    meta: dict[str, Any] = {"name": "s"}
+    text = json.dumps({"kind": "List", "items": [{"metadata": meta, "spec": {"driver": "d", "devices": [device]}}]})
+    marks = {"attribute": '{"int": 1}', "device": '"a"', "metadata": '"s"'}
+    return text.replace(marks[where], deep, 1).encode()
+
+
+@pytest.mark.parametrize("where", ["attribute", "device", "metadata"])
+def test_a_value_too_deep_for_json_loads_is_left_to_the_caller(where: str) -> None:
+    """Where ``json.loads`` of the whole text exceeds the recursion limit, the decoder gives None, never a value.
+
+    A part decoded on its own is less deep than within the whole text (by the objects and lists
+    that hold it): without care, the few depths in between would read here and fail there.
+    """
+    limit = sys.getrecursionlimit()
+    depths = range(limit - 60, limit + 20)
+    outcomes = []
+    for depth in depths:
+        data = _nested(depth, where)
+        try:
+            want = json.loads(data)
+        except RecursionError:
+            want = None
+        got = SharedDecoder().decode(data)
+        if want is None:
+            assert got is None, depth
+        elif got is not None:
+            assert got == want, depth
+        outcomes.append(want is None)
+    assert any(outcomes) and not all(outcomes)  # the range spans the limit
+
+
+def test_a_part_with_many_brackets_but_shallow_decodes_as_json_does() -> None:
+    wide = "[" + ",".join(["[[1],{}]"] * 400) + "]"  # 1,201 brackets, 3 deep
+    data = _nested(1, "attribute").replace(b"[]", wide.encode(), 1)
+    got = SharedDecoder().decode(data)
+    assert got is not None
+    assert got == json.loads(data)

@@ -325,11 +325,19 @@ def claim_spec(r: Reader, v: Any, path: str) -> dict[str, Any]:
     sm = r.obj(v, path)
     dm = r.obj(sm.get("devices"), f"{path}.devices")
     requests = []
+    # Names must be unique, as the API server has them (it refuses a claim that repeats one): the
+    # allocator knows a request by its name ("request", or "request/subrequest" for an alternative).
+    bases: set[str] = set()
+    request_names: set[str] = set()
     for i, q in enumerate(r.seq(dm.get("requests"), f"{path}.devices.requests", MAX_REQUESTS)):
         qp = f"{path}.devices.requests[{i}]"
         qm = r.obj(q, qp)
         req = _request_body(r, qm, qp)
         _put(req, "name", r.text(qm.get("name"), f"{qp}.name"))
+        base = req.get("name") or ""
+        if base in bases:
+            r.fail(f"{qp}.name", f'duplicate value "{show(base)}"')
+        bases.add(base)
         if qm.get("exactly") is not None:
             req["exactly"] = _request_body(r, r.obj(qm["exactly"], f"{qp}.exactly"), f"{qp}.exactly")
         if qm.get("firstAvailable") is not None:
@@ -339,8 +347,16 @@ def claim_spec(r: Reader, v: Any, path: str) -> dict[str, Any]:
                 smap = r.obj(s, sp)
                 sub = _request_body(r, smap, sp)
                 _put(sub, "name", r.text(smap.get("name"), f"{sp}.name"))
+                full = f"{base}/{sub['name']}" if sub.get("name") else base
+                if full in request_names:
+                    r.fail(f"{sp}.name", f'duplicate value "{show(full)}"')
+                request_names.add(full)
                 subs.append(sub)
             req["firstAvailable"] = subs
+        if not req.get("firstAvailable"):
+            if base in request_names:
+                r.fail(f"{qp}.name", f'duplicate value "{show(base)}"')
+            request_names.add(base)
         requests.append(req)
     constraints = []
     for i, c in enumerate(r.seq(dm.get("constraints"), f"{path}.devices.constraints", MAX_CONSTRAINTS)):
