@@ -386,9 +386,10 @@ def run_explain(
 def _explain_cmd(args: argparse.Namespace) -> int:
     """Run ``explain`` as the CLI does; the exit code (0: everything allocatable, 1: not, 2: bad input).
 
-    The cyclic garbage collector is off while the inputs are read and simulated: a large cluster's
-    slices are millions of (acyclic) JSON objects, and every collection walks all of them again,
-    which more than doubles the time of decoding them. Reference counting still frees them.
+    The cyclic garbage collector is off while the inputs are read and simulated and the report is
+    written (then back as it was): a large cluster's slices are millions of (acyclic) JSON objects,
+    and every collection walks all of them again, which more than doubles the time of decoding them;
+    the report's lines, one per device, would be walked likewise. Reference counting still frees them.
     """
     live = args.target is not None
     usage = ""
@@ -399,7 +400,17 @@ def _explain_cmd(args: argparse.Namespace) -> int:
     if usage:
         print(f"dra-gpu explain: {usage}", file=sys.stderr)
         return 2
+    enabled = gc.isenabled()
     gc.disable()  # see _explain_cmd's docstring
+    try:
+        return _explain_and_print(args, live)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _explain_and_print(args: argparse.Namespace, live: bool) -> int:
+    """Explain and print the results; the exit code (see :func:`_explain_cmd`)."""
     try:
         if live:
             results = run_live(target=args.target, namespace=args.namespace, kubeconfig=args.kubeconfig or default_kubeconfig())
@@ -408,8 +419,6 @@ def _explain_cmd(args: argparse.Namespace) -> int:
     except InputError as err:
         print(f"dra-gpu explain: {err}", file=sys.stderr)
         return 2
-    finally:
-        gc.enable()
     if args.output == "json":
         entries = [r.to_json() for _, ex in results for r in ex.requests]
         print(json.dumps({"requests": entries}, indent=2))

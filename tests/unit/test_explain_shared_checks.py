@@ -134,9 +134,11 @@ def _view_per_device(self: NodeAllocator, d: Any, driver: str) -> DeviceView:
     return DeviceView.of(d, driver)
 
 
-def _build_pool_per_device(driver: str, name: str, mine: Any, all_slices: Any, rules: Any, checks: Any) -> Pool:
-    """``_build_pool`` sharing no counter check with other pools (a fresh table each time)."""
-    return _ORIGINAL_BUILD(driver, name, mine, all_slices, rules, {})
+def _build_pool_per_device(
+    driver: str, name: str, mine: Any, all_slices: Any, rules: Any, checks: Any, values: Any = None
+) -> Pool:
+    """``_build_pool`` sharing no counter check or counter quantities with other pools (fresh tables each time)."""
+    return _ORIGINAL_BUILD(driver, name, mine, all_slices, rules, {}, {})
 
 
 _ORIGINAL_BUILD = pools_mod._build_pool

@@ -47,10 +47,13 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
                 # The usual device, its selectors' outcome known (the view key as NodeAllocator.selector_outcome makes it):
                 # rejected by a selector, worded once per outcome.
                 dname = str(d.get("name", ""))
-                if (driver, pname, dname) not in in_use or admin:
+                if admin or not in_use or (driver, pname, dname) not in in_use:
                     vkey = (driver, id(d.get("attributes")), id(d.get("capacity")), d.get(multi_key))
                     sel = by_view.get(vkey, _UNKNOWN)
-                    if sel is not None and sel is not _UNKNOWN:
+                    if sel is None:  # every selector accepts it (not in use, or admin access): the checks after them
+                        out.append(_after_selectors(allocator, req, pool, per_device, d, f"{pname}/{dname}"))
+                        continue
+                    if sel is not _UNKNOWN:
                         hit = worded.get(id(sel))
                         if hit is None:
                             hit = worded[id(sel)] = (sel, *_word(req, sel))  # (the outcome kept alive: its id stays its own)
@@ -73,7 +76,7 @@ def _word(req: Request, sel: SelectorOutcome) -> tuple[str, str]:
     return "error", f"{where} selector #{sel.index}: {kind}: {sel.message}"
 
 
-def _explain_device(  # noqa: PLR0911, PLR0917 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
+def _explain_device(  # noqa: PLR0917 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
     a: NodeAllocator,
     ci: int,
     req: Request,
@@ -92,6 +95,16 @@ def _explain_device(  # noqa: PLR0911, PLR0917 - mirrors the Go allocator's func
         if hit is None:
             hit = worded[id(sel)] = (sel, *_word(req, sel))  # (the outcome kept alive: its id stays its own)
         return Candidate(a.node, name, hit[1], hit[2])
+    return _after_selectors(a, req, pool, per_device, d, name)
+
+
+def _after_selectors(  # noqa: PLR0917 - _explain_device's rest, branch for branch
+    a: NodeAllocator, req: Request, pool: Pool, per_device: bool, d: Mapping[str, Any], name: str
+) -> Candidate:
+    """The verdict of a device every selector accepts (not allocated, or asked for with admin access).
+
+    :func:`_explain_device`'s rest; ``name``: the device as candidates name it (``<pool>/<device>``).
+    """
     if per_device and not node_matches(a.node, a.labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector")):
         return Candidate(a.node, name, "unavailable", "device is not available on this node")
     try:

@@ -176,7 +176,9 @@ def _simulate(
     cands: dict[tuple[int, str], list[Candidate]] = {}
     deadline = time.monotonic() + SEARCH_BUDGET_S
     index = SliceIndex(slices, rules)
-    shapes = ShapeCache(conversion_errors=memo.errors if memo is not None else {})  # computed once per device shape
+    shapes = (  # computed once per device shape
+        ShapeCache(conversion_errors=memo.errors, derived=memo.derived) if memo is not None else ShapeCache()
+    )
     for node in nodes_of(slices, node_labels):
         labels = dict((node_labels or {}).get(node or "") or ({"kubernetes.io/hostname": node} if node else {}))
         pools = gather_pools(slices, node, labels, rules, index)

@@ -53,7 +53,7 @@ class DeviceMemo:
     the types of numbers (``==`` equates ``1``, ``1.0`` and ``True``).
     """
 
-    __slots__ = ("attributes", "attributes_by_name", "by_id", "by_name", "entries", "errors", "interned")
+    __slots__ = ("attributes", "attributes_by_name", "by_id", "by_name", "counters", "derived", "entries", "errors", "interned")
 
     def __init__(self) -> None:
         self.attributes: _Seen | None = None
@@ -66,6 +66,12 @@ class DeviceMemo:
         # id of an attributes or capacity copy -> (the copy, kept alive; its conversion error for CEL,
         # or None), found while reading it: the allocator's device views take it from here (see shapes.py).
         self.errors: dict[int, tuple[Any, str | None]] = {}
+        # id of an attributes copy read from another (:func:`_attributes_like`) -> (the copy, kept alive;
+        # the other copy; the names whose values differ, each one string for another): a device whose
+        # selectors read none of those names has the outcome of one with the other copy (see simulate.py).
+        self.derived: dict[int, tuple[Any, Any, tuple[str, ...]]] = {}
+        # id of a counter set's counters input (objects.read_slice) -> (it, kept alive; its checked copy, shared).
+        self.counters: dict[int, tuple[Any, dict[str, Any]]] = {}
 
     def intern(self, key: tuple[Any, ...], copy: Any) -> Any:
         """The copy already made of parts with this content (``key``), else ``copy``, remembered."""
@@ -139,9 +145,12 @@ def _entry(a: Any) -> _Entry | None:
     return a, kind, x, tx, {kind: x}
 
 
-def _attributes(
-    v: Any, entries: dict[int, _Entry]
-) -> tuple[dict[str, Any], tuple[tuple[str, type], ...], tuple[Any, ...], str | None] | None:
+# A read attributes map: its copy, the types of its numeric values, its content, its conversion error
+# for CEL, and (read from another map, see _attributes_like) the names whose values differ from it.
+_Read = tuple[dict[str, Any], tuple[tuple[str, type], ...], tuple[Any, ...], str | None, tuple[str, ...]]
+
+
+def _attributes(v: Any, entries: dict[int, _Entry]) -> _Read | None:
     """An attributes map whose every entry is one valid scalar, read in one pass; None otherwise.
 
     Returns its copy, the types of its numeric values (for :meth:`_Seen.same`), its content (the
@@ -173,17 +182,16 @@ def _attributes(
             error = version_error(name, x)
         out[name] = copy
         key.append((name, kind, tx, x))
-    return out, tuple(numeric), tuple(key), error
+    return out, tuple(numeric), tuple(key), error, ()
 
 
-def _attributes_like(
-    v: dict[str, Any], like: _Seen, entries: dict[int, _Entry]
-) -> tuple[dict[str, Any], tuple[tuple[str, type], ...], tuple[Any, ...], str | None] | None:
+def _attributes_like(v: dict[str, Any], like: _Seen, entries: dict[int, _Entry]) -> _Read | None:
     """:func:`_attributes` of ``v`` from a map read before (``like``, of a device of the same name), or None to read it whole.
 
     Where ``v`` has the same names in the same order and the very same values (the decoder shares
     equal ones) but for a few strings (a GPU's UUID), only those are read: the rest reads as it did
-    in ``like``. None where anything else differs (a number, a version, a kind, a name).
+    in ``like``. None where anything else differs (a number, a version, a kind, a name). The last
+    item returned: the names whose strings differ from ``like``'s (none: ``like``'s copy itself).
     """
     raw, key = like.raw, like.key
     if key is None or len(v) != len(raw) or tuple(v) != like.keys:
@@ -191,9 +199,10 @@ def _attributes_like(
     values = tuple(v.values())
     differ = list(compress(count(), map(is_not, values, raw.values())))
     if not differ:
-        return like.copy, like.numeric, key, like.error
+        return like.copy, like.numeric, key, like.error, ()
     content = list(key)
     copy = dict(like.copy)
+    changed: list[str] = []
     for i in differ:
         a = values[i]
         e = entries.get(id(a))
@@ -202,12 +211,17 @@ def _attributes_like(
             if e is None:
                 return None
         _, kind, x, tx, entry_copy = e
-        name, old_kind, old_type, _ = content[i + 1]
+        name, old_kind, old_type, old_x = content[i + 1]
         if kind != "string" or tx is not str or old_kind != "string" or old_type is not str:
             return None  # not one string for another: the numbers' types or the versions' error may change
+        if x == old_x:  # (two strings) an equal one, another object: it reads as like's
+            continue
         copy[name] = entry_copy
         content[i + 1] = (name, kind, tx, x)
-    return copy, like.numeric, tuple(content), like.error
+        changed.append(name)
+    if not changed:
+        return like.copy, like.numeric, key, like.error, ()
+    return copy, like.numeric, tuple(content), like.error, tuple(changed)
 
 
 def _quantities(v: Any, limit: int) -> dict[str, Any] | None:
@@ -253,12 +267,13 @@ def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR
     name = m.get("name")
     if name is not None and (type(name) is not str or len(name) > MAX_NAME_LENGTH):
         return None
-    seen_caps, seen_ccs = memo.by_name.get(name, _NOTHING) if name is not None else _NOTHING
+    pair = memo.by_name.get(name, _NOTHING) if name is not None else _NOTHING
+    seen_caps, seen_ccs = pair
     attrs_in = m.get("attributes")
     attrs: dict[str, Any] = _EMPTY
     if type(attrs_in) is dict:
         prev = memo.attributes
-        if prev is None or not prev.same(attrs_in):
+        if prev is None or (prev.raw is not attrs_in and not prev.same(attrs_in)):
             prev = memo.by_id.get(id(attrs_in))  # the same object read before (shared by the decoder)
             if prev is None or prev.raw is not attrs_in:
                 like = memo.attributes_by_name.get(name) if name is not None else None
@@ -267,10 +282,17 @@ def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR
                     read = _attributes(attrs_in, memo.entries)
                 if read is None:
                     return None
-                copy, numeric, key, error = read
-                interned = memo.intern(key, copy)
-                if interned is copy:
+                copy, numeric, key, error, changed = read
+                if changed and like is not None:
+                    # Read from like's copy, a few strings apart (a GPU's UUID): a map of its own, not
+                    # interned (hashing its content for the rare equal one would cost more than it saves).
                     memo.errors[id(copy)] = (copy, error)
+                    memo.derived[id(copy)] = (copy, like.copy, changed)
+                    interned = copy
+                else:
+                    interned = memo.intern(key, copy)
+                    if interned is copy:
+                        memo.errors[id(copy)] = (copy, error)
                 prev = memo.by_id[id(attrs_in)] = _Seen(attrs_in, interned, numeric, key, error)
             memo.attributes = prev
         if name is not None:
@@ -281,7 +303,7 @@ def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR
     caps_in = m.get("capacity")
     caps: dict[str, Any] = _EMPTY
     if type(caps_in) is dict:
-        if seen_caps is not None and seen_caps.same(caps_in):
+        if seen_caps is not None and (seen_caps.raw is caps_in or seen_caps.same(caps_in)):
             caps = seen_caps.copy
         else:
             fresh = _quantities(caps_in, MAX_ATTRIBUTES_AND_CAPACITIES)
@@ -307,7 +329,7 @@ def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR
         out["allowMultipleAllocations"] = multi
     ccs_in = m.get("consumesCounters")
     if ccs_in is not None:
-        if seen_ccs is not None and seen_ccs.same_consumptions(ccs_in):
+        if seen_ccs is not None and (seen_ccs.raw is ccs_in or seen_ccs.same_consumptions(ccs_in)):
             ccs = seen_ccs.copy
         else:
             ccs = _consumptions(ccs_in)
@@ -317,6 +339,6 @@ def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR
             ccs = memo.intern(("k", *key), ccs)
             seen_ccs = _Seen(ccs_in, ccs)
         out["consumesCounters"] = ccs
-    if name is not None:
+    if name is not None and (seen_caps is not pair[0] or seen_ccs is not pair[1]):
         memo.by_name[name] = (seen_caps, seen_ccs)
     return out

@@ -247,19 +247,25 @@ def read_slice(obj: Any, index: int, memo: DeviceMemo | None = None) -> dict[str
     _put(spec, "allNodes", r.flag(sp.get("allNodes"), "spec.allNodes"))
     _put(spec, "nodeSelector", node_selector(r, sp.get("nodeSelector"), "spec.nodeSelector"))
     _put(spec, "perDeviceNodeSelection", r.flag(sp.get("perDeviceNodeSelection"), "spec.perDeviceNodeSelection"))
+    if memo is None:
+        memo = DeviceMemo()
     if sp.get("sharedCounters") is not None:
         sets = []
+        read_counters = memo.counters
         for i, cs in enumerate(r.seq(sp["sharedCounters"], "spec.sharedCounters", MAX_COUNTER_SETS)):
             csp = f"spec.sharedCounters[{i}]"
             csm = r.obj(cs, csp)
-            counter_set: dict[str, Any] = {"counters": _counters(r, csm.get("counters"), f"{csp}.counters")}
+            counters_in = csm.get("counters")
+            # The same input map read before (the decoder shares equal ones): its checked copy, read once.
+            hit = read_counters.get(id(counters_in))
+            if hit is None or hit[0] is not counters_in:
+                hit = read_counters[id(counters_in)] = (counters_in, _counters(r, counters_in, f"{csp}.counters"))
+            counter_set: dict[str, Any] = {"counters": hit[1]}
             _put(counter_set, "name", r.text(csm.get("name"), f"{csp}.name"))
             sets.append(counter_set)
         spec["sharedCounters"] = sets
     if sp.get("devices") is not None:
         devices = r.seq(sp["devices"], "spec.devices", MAX_DEVICES_PER_SLICE)
-        if memo is None:
-            memo = DeviceMemo()
         spec["devices"] = [read_device(d, memo) or _device(r, d, f"spec.devices[{i}]") for i, d in enumerate(devices)]
     return {"metadata": _metadata(r, o.get("metadata")), "spec": spec}
 

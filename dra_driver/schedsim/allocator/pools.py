@@ -150,7 +150,7 @@ class SliceIndex:
     slice by (driver, pool name); each list in input order.
     """
 
-    __slots__ = ("always", "by_node", "by_pool", "counter_checks", "rest")
+    __slots__ = ("always", "by_node", "by_pool", "counter_checks", "counter_values", "rest")
 
     def __init__(self, slices: Sequence[Mapping[str, Any]], rules: Rules = NEWEST) -> None:
         self.always = rules.counter_slices_always_gathered
@@ -171,6 +171,9 @@ class SliceIndex:
         # node's pool with the same counters checks a consumption once (see _build_pool).
         # counter names of a pool -> id of a consumesCounters -> (it, kept alive; why it names a missing counter, or "")
         self.counter_checks: dict[Any, dict[int, tuple[Any, str]]] = {}
+        # id of a counter set's counters -> (them, kept alive; their quantities): read once for every
+        # node's pool that shares them (the reader gives equal ones one copy).
+        self.counter_values: dict[int, tuple[Any, dict[str, Quantity]]] = {}
 
 
 def _own_node(sp: Mapping[str, Any], always: bool) -> bool:
@@ -245,10 +248,11 @@ def gather_pools(
                     Pool(driver, name, incomplete=f"pool {driver}/{name} is incomplete: {len(all_slices)} of {want} slices")
                 )
                 continue
-        pools.append(_build_pool(driver, name, mine, all_slices, rules, index.counter_checks))
+        pools.append(_build_pool(driver, name, mine, all_slices, rules, index.counter_checks, index.counter_values))
     # By (driver, pool), complete pools with binding-condition devices after all others (the
     # incubating allocator tries devices that need no binding step first).
-    pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
+    if len(pools) > 1:  # (one pool, the usual node: nothing to order, no device to scan for binding conditions)
+        pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
     return pools
 
 
@@ -272,11 +276,15 @@ def _build_pool(  # noqa: PLR0917 - the pool's identity, its slices, the rules, 
     all_slices: Sequence[Mapping[str, Any]],
     rules: Rules,
     checks: dict[Any, dict[int, tuple[Any, str]]],
+    values: dict[int, tuple[Any, dict[str, Quantity]]] | None = None,
 ) -> Pool:
     """The pool of the node's slices ``mine`` (of ``all_slices``, the pool's at its generation), or why it is invalid.
 
-    ``checks``: consumptions already checked against counters of the same names (see :class:`SliceIndex`).
+    ``checks``: consumptions already checked against counters of the same names; ``values``: counters
+    already read into quantities (see :class:`SliceIndex`; default: none).
     """
+    if values is None:
+        values = {}
     mine = sorted(mine, key=lambda s: str((s.get("metadata") or {}).get("name", "")))
     pool = Pool(driver, name)
     counter_slices = [s for s in mine if slice_spec(s).get("sharedCounters")]
@@ -292,7 +300,11 @@ def _build_pool(  # noqa: PLR0917 - the pool's identity, its slices, the rules, 
             if cs.get("name") in pool.counter_sets:
                 pool.invalid = f"duplicate counter set name {cs.get('name')}"
                 return pool
-            pool.counter_sets[str(cs.get("name"))] = {k: qty(v.get("value")) for k, v in (cs.get("counters") or {}).items()}
+            counters = cs.get("counters")
+            read = values.get(id(counters))
+            if read is None or read[0] is not counters:
+                read = values[id(counters)] = (counters, {k: qty(v.get("value")) for k, v in (counters or {}).items()})
+            pool.counter_sets[str(cs.get("name"))] = dict(read[1])  # (a copy of its own, as before)
     pool.other_slices = others
     # Devices of one consumption (the reader gives equal ones one copy) are checked once against
     # counters of the same names, on whichever node; in device order, so the first bad one is named.

@@ -67,3 +67,10 @@ class ShapeCache:
     # None), as the reader found them (``fastread.DeviceMemo.errors``): a view of a device whose
     # parts are all here is given its error instead of looking for it.
     conversion_errors: dict[int, tuple[Any, str | None]] = field(default_factory=dict)
+    # id of an attributes map -> (the map, kept alive; the map it was read from; the names whose
+    # values differ, each one string for another), as the reader found them (``fastread.DeviceMemo.derived``):
+    # a device whose selectors read none of those names has the outcome of the same device with the other map.
+    derived: dict[int, tuple[Any, Any, tuple[str, ...]]] = field(default_factory=dict)
+    # (claim index, request name, driver) -> the attribute names (bare and with the domain) the
+    # request's selectors read of a device of the driver; None where they read a whole map or domain, or the whole device.
+    names_read: dict[tuple[int, str, str], frozenset[str] | None] = field(default_factory=dict)

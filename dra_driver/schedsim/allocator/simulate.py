@@ -285,6 +285,18 @@ class NodeAllocator:
         if hit is not _UNKNOWN:
             return hit  # type: ignore[no-any-return] # an outcome stored below
         chain = self._chain(ci, req)
+        # Attributes the reader read from another map (another node's device of the same name), a few
+        # strings apart (a GPU's UUID): where no selector reads those names, the outcome is the other's.
+        attrs = d.get("attributes")
+        derived = self.shapes.derived.get(id(attrs)) if attrs is not None else None
+        if derived is not None and derived[0] is attrs:
+            hit = by_view.get((vkey[0], id(derived[1]), vkey[2], multi), _UNKNOWN)
+            if hit is not _UNKNOWN:
+                read = self._names_read(ci, req, chain, did[0])
+                if read is not None and read.isdisjoint(derived[2]):
+                    self.shapes.alive.append(d)  # (keeps the parts alive, so the ids in vkey stay theirs)
+                    by_view[vkey] = hit
+                    return hit  # type: ignore[no-any-return] # an outcome stored before
         # A device of another view that reads the same to every selector of the chain (devices that
         # differ only in what no selector reads, a GPU's UUID, ...) has the same outcome.
         pkey = self._projection(chain, did[0], d)
@@ -300,6 +312,29 @@ class NodeAllocator:
             hit = by_projection[pkey] = self._evaluate(chain, self.view(did, d))  # (the view keeps them alive)
         by_view[vkey] = hit
         return hit  # type: ignore[no-any-return] # an outcome stored above
+
+    def _names_read(self, ci: int, req: Request, chain: tuple[_Link, ...], driver: str) -> frozenset[str] | None:
+        """The attribute names (with the domain and bare) the chain's selectors read of a device of ``driver`` (once per request).
+
+        None where a selector reads the whole device, a whole map or a whole domain (as for :meth:`_projection`).
+        """
+        key = (ci, req.name, driver)
+        known = self.shapes.names_read
+        if key in known:
+            return known[key]
+        names: set[str] = set()
+        for _, _, _, sel, _ in chain:
+            if sel is None:  # it does not compile: what follows is never evaluated
+                break
+            pieces = sel.projector.published_names(driver)
+            if pieces is None:
+                known[key] = None
+                return None
+            for is_attr, qualified, bare in pieces:
+                if is_attr:
+                    names.update(n for n in (qualified, bare) if n is not None)
+        out = known[key] = frozenset(names)
+        return out
 
     def _projection(self, chain: tuple[_Link, ...], driver: str, d: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """What the chain's selectors read of the device, read from its published maps; None where that cannot be told so.
@@ -517,7 +552,7 @@ class NodeAllocator:
                             if n in cset:
                                 cset[n] = cset[n].sub(qty(c.get("value")))
         self.available_counters[pkey] = avail
-        self._negative_counters[pkey] = [(cs, n) for cs, cnt in avail.items() for n, v in cnt.items() if v.sign() < 0]
+        self._negative_counters[pkey] = [(cs, n) for cs, cnt in avail.items() for n, v in cnt.items() if v.unscaled < 0]
         content = tuple((cs, tuple((n, v.unscaled, v.exp) for n, v in cnt.items())) for cs, cnt in avail.items())
         fits = self.shapes.counters.get(content)  # (the content hashed once per pool, not once per device)
         if fits is None:

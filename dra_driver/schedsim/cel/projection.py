@@ -440,6 +440,17 @@ class Projector:
             out.append(_attr_value(v) if is_attr else _cap_value(v))
         return tuple(out)
 
+    def published_names(self, driver: str) -> tuple[tuple[bool, str | None, str | None], ...] | None:
+        """Per piece the selector reads of a device of ``driver``: (an attribute?, its name with the domain, its bare name).
+
+        The published names :meth:`published_key` looks up (computed once per driver); None where
+        the selector reads the whole device, a whole map or a whole domain.
+        """
+        names = self._published.get(driver, _UNSET)
+        if names is _UNSET:
+            names = self._published[driver] = self._names(driver)
+        return names  # type: ignore[no-any-return] # (not _UNSET: stored above)
+
     def _names(self, driver: str) -> tuple[tuple[bool, str | None, str | None], ...] | None:
         """Per piece: (an attribute?, its name with the domain, its bare name), as :meth:`DeviceView.piece` looks them up."""
         if self.everything:
