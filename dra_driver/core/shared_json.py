@@ -17,6 +17,7 @@ read as before. Pure: bytes in, objects out.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -46,14 +47,13 @@ _HOLDERS = 8
 class SharedDecoder:
     """Decodes lists of slices, sharing equal field values between devices, slices and calls (pages of one list)."""
 
-    __slots__ = ("_devices", "_fields", "_items", "_parts", "_top")
+    __slots__ = ("_fields", "_objects_decoder", "_parts", "_top")
 
     def __init__(self) -> None:
         self._parts: dict[bytes, Any] = {}  # a field's JSON text -> its value, decoded once
         self._top = msgspec.json.Decoder(_Top)
         self._fields = msgspec.json.Decoder(_Fields)
-        self._items = msgspec.json.Decoder(list[_Fields])
-        self._devices = self._items
+        self._objects_decoder = msgspec.json.Decoder(list[_Fields])
 
     def decode(self, data: bytes) -> Any:
         """The JSON value of ``data`` (one object, as ``json.loads`` reads it), or None where the fast reading does not apply.
@@ -103,14 +103,20 @@ class SharedDecoder:
         return out
 
     def _list(self, raw: msgspec.Raw) -> Any:
+        return self._objects(
+            raw, lambda items: [{k: self._spec(v) if k == "spec" else _plain(v) for k, v in item.items()} for item in items]
+        )
+
+    def _objects(self, raw: msgspec.Raw, build: Callable[[list[_Fields]], Any]) -> Any:
+        """``build`` of a list of objects read field by field; anything else (no list, an item that is no object) as it is."""
         text = bytes(raw)
         if text[:1] != b"[":
             return _decoded(text)
         try:
-            items = self._items.decode(text)
-        except msgspec.ValidationError:  # an item that is no object: the list as it is
+            objects = self._objects_decoder.decode(text)
+        except msgspec.ValidationError:  # an item that is no object
             return _decoded(text)
-        return [{k: self._spec(v) if k == "spec" else _plain(v) for k, v in item.items()} for item in items]
+        return build(objects)
 
     def _spec(self, raw: msgspec.Raw) -> Any:
         text = bytes(raw)
@@ -134,14 +140,7 @@ class SharedDecoder:
         return got
 
     def _device_list(self, raw: msgspec.Raw) -> Any:
-        text = bytes(raw)
-        if text[:1] != b"[":
-            return _decoded(text)
-        try:
-            devices = self._devices.decode(text)
-        except msgspec.ValidationError:  # a device that is no object: the list as it is
-            return _decoded(text)
-        return self._shared_devices(devices)
+        return self._objects(raw, self._shared_devices)
 
     def _shared_devices(self, devices: list[_Fields]) -> list[dict[str, Any]]:
         """Each device's fields decoded once per distinct text (attributes entry by entry)."""

@@ -156,8 +156,7 @@ def test_layouts_the_one_pass_reading_refuses_or_takes_decode_as_json_does(data:
 def test_the_usual_layout_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     data = json.dumps(_slices(1)).encode()
     decoder = SharedDecoder()
-    monkeypatch.setattr(decoder, "_items", None)  # the reading level by level would fail
-    monkeypatch.setattr(decoder, "_devices", None)
+    monkeypatch.setattr(decoder, "_objects_decoder", None)  # the reading level by level would fail
     got = decoder.decode(data)
     assert got is not None
     assert json.dumps(got) == data.decode()
