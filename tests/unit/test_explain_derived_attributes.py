@@ -148,8 +148,8 @@ def _plain_copy(d: dict[str, Any]) -> dict[str, Any]:
     return got
 
 
-def test_counter_sets_read_once_and_shared() -> None:
-    counters = {"mem": {"value": "8"}, "sm": {"value": "1.5"}}
+def _counter_slices(nodes: int, counter_sets: list[dict[str, Any]]) -> bytes:
+    """A slices list: one slice per node, each publishing ``counter_sets``."""
     items = [
         {
             "kind": "ResourceSlice",
@@ -158,12 +158,17 @@ def test_counter_sets_read_once_and_shared() -> None:
                 "driver": DRIVER,
                 "nodeName": f"n{i}",
                 "pool": {"name": f"n{i}", "generation": 1, "resourceSliceCount": 1},
-                "sharedCounters": [{"name": "cs", "counters": counters}, {"name": "cs2", "counters": counters}],
+                "sharedCounters": counter_sets,
             },
         }
-        for i in range(3)
+        for i in range(nodes)
     ]
-    text = json.dumps({"items": items}).encode()
+    return json.dumps({"items": items}).encode()
+
+
+def test_counter_sets_read_once_and_shared() -> None:
+    counters = {"mem": {"value": "8"}, "sm": {"value": "1.5"}}
+    text = _counter_slices(3, [{"name": "cs", "counters": counters}, {"name": "cs2", "counters": counters}])
     shared = SharedDecoder().decode(text)["items"]
     memo = DeviceMemo()
     read = [read_slice(s, i, memo) for i, s in enumerate(shared)]
@@ -177,20 +182,7 @@ def test_counter_sets_read_once_and_shared() -> None:
 def test_counter_sets_shared_still_refused(bad: Any) -> None:
     from dra_driver.schedsim.allocator.validate import InvalidObject
 
-    items = [
-        {
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"s{i}"},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": f"n{i}",
-                "pool": {"name": f"n{i}", "generation": 1, "resourceSliceCount": 1},
-                "sharedCounters": [{"name": "cs", "counters": bad}],
-            },
-        }
-        for i in range(2)
-    ]
-    text = json.dumps({"items": items}).encode()
+    text = _counter_slices(2, [{"name": "cs", "counters": bad}])
     shared = SharedDecoder().decode(text)["items"]
     memo = DeviceMemo()
     with pytest.raises(InvalidObject) as got:

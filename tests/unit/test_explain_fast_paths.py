@@ -102,13 +102,20 @@ def test_fast_reader_reads_shared_values_as_the_field_by_field_reader(seed: int)
     for i, d in enumerate(devices):  # a UUID per device, the rest of the map shared with other devices
         if isinstance(d.get("attributes"), dict) and rng.random() < 0.8:
             d["attributes"] = {**d["attributes"], "uuid": {"string": f"GPU-{i}"}}
-    data = json.dumps({"kind": "List", "items": [{"spec": {"devices": devices}}]}).encode()
-    shared = SharedDecoder().decode(data)["items"][0]["spec"]["devices"]
     memo = DeviceMemo()
-    for d in shared:
+    _read_shared_as_slow(devices, memo)
+    assert memo.entries  # the values were read through the table
+
+
+def _read_shared_as_slow(devices: list[dict[str, Any]], memo: DeviceMemo) -> list[tuple[dict[str, Any], Any]]:
+    """``devices`` decoded as a slices file (equal values one object), each read fast as read slow: (device, what was read)."""
+    data = json.dumps({"kind": "List", "items": [{"spec": {"devices": devices}}]}).encode()
+    out = []
+    for d in SharedDecoder().decode(data)["items"][0]["spec"]["devices"]:
         want, got = _read_slow(d), _read_fast(d, memo)
         assert json.dumps(got) == json.dumps(want), d
-    assert memo.entries  # the values were read through the table
+        out.append((d, got))
+    return out
 
 
 def test_a_map_read_from_the_last_of_its_name_reads_as_read_whole() -> None:
@@ -132,12 +139,8 @@ def test_a_map_read_from_the_last_of_its_name_reads_as_read_whole() -> None:
         devices.append({"name": "gpu-0", "attributes": base})
         devices.append({"name": "gpu-0", "attributes": {**base, **change}})
         devices.append({"name": "gpu-0", "attributes": {**base, **change, "uuid": {"string": f"GPU-{i}-again"}}})
-    data = json.dumps({"kind": "List", "items": [{"spec": {"devices": devices}}]}).encode()
-    shared = SharedDecoder().decode(data)["items"][0]["spec"]["devices"]
     memo = DeviceMemo()
-    for d in shared:
-        want, got = _read_slow(d), _read_fast(d, memo)
-        assert json.dumps(got) == json.dumps(want), d
+    for d, got in _read_shared_as_slow(devices, memo):
         alone = DeviceMemo()  # the map read whole: the same conversion error for CEL
         whole = _read_fast(d, alone)
         if not isinstance(got, str):

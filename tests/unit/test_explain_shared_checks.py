@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -218,7 +219,7 @@ class _Answer:
         pass
 
 
-def _api(pages: dict[str, bytes | int]) -> tuple[KubeExplainApi, list[str]]:
+def _api(pages: Mapping[str, bytes | int]) -> tuple[KubeExplainApi, list[str]]:
     """An explain API whose list answers are ``pages`` by continue token (an int: that error status)."""
     asked: list[str] = []
     api = KubeExplainApi.__new__(KubeExplainApi)
@@ -303,10 +304,10 @@ def _slice_page(node: int, cont: str) -> bytes:
 
 
 def test_slice_pages_decode_as_json_with_parts_shared_across_pages() -> None:
-    pages: dict[str, bytes | int] = {"": _slice_page(0, "t1"), "t1": _slice_page(1, "t2"), "t2": _slice_page(2, "")}
+    pages = {"": _slice_page(0, "t1"), "t1": _slice_page(1, "t2"), "t2": _slice_page(2, "")}
     api, asked = _api(pages)
     got = api.resource_slices()
-    want = [item for token in ("", "t1", "t2") for item in json.loads(pages[token])["items"]]  # type: ignore[arg-type]
+    want = [item for token in ("", "t1", "t2") for item in json.loads(pages[token])["items"]]
     assert got == want
     assert json.dumps(got) == json.dumps(want)  # the same order of keys too
     assert asked == ["", "t1", "t2"]

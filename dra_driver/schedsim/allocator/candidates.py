@@ -13,7 +13,7 @@ from typing import Any
 from dra_driver.schedsim.allocator.checks import CapacityError, untolerated_taint
 from dra_driver.schedsim.allocator.model import Candidate, Request
 from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec
-from dra_driver.schedsim.allocator.shapes import SelectorOutcome
+from dra_driver.schedsim.allocator.shapes import NOT_STORED, SelectorOutcome
 from dra_driver.schedsim.allocator.simulate import NodeAllocator
 
 
@@ -49,21 +49,20 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
                 dname = str(d.get("name", ""))
                 if admin or not in_use or (driver, pname, dname) not in in_use:
                     vkey = (driver, id(d.get("attributes")), id(d.get("capacity")), d.get(multi_key))
-                    sel = by_view.get(vkey, _UNKNOWN)
+                    sel = by_view.get(vkey, NOT_STORED)
                     if sel is None:  # every selector accepts it (not in use, or admin access): the checks after them
-                        out.append(_after_selectors(allocator, req, pool, per_device, d, f"{pname}/{dname}"))
+                        out.append(_after_selectors(allocator, req, pool, per_device=per_device, d=d, name=f"{pname}/{dname}"))
                         continue
-                    if sel is not _UNKNOWN:
+                    if sel is not NOT_STORED:
                         hit = worded.get(id(sel))
                         if hit is None:
                             hit = worded[id(sel)] = (sel, *_word(req, sel))  # (the outcome kept alive: its id stays its own)
                         out.append(Candidate(node, f"{pname}/{dname}", hit[1], hit[2]))
                         continue
-                out.append(_explain_device(allocator, ci, req, pool, per_device, d, worded))
+                out.append(_explain_device(allocator, ci, req, pool, per_device=per_device, d=d, worded=worded))
     return out
 
 
-_UNKNOWN: Any = object()
 _NO_FIELD: Any = object()  # a dict key no device has (an API device's keys are strings)
 
 
@@ -76,11 +75,12 @@ def _word(req: Request, sel: SelectorOutcome) -> tuple[str, str]:
     return "error", f"{where} selector #{sel.index}: {kind}: {sel.message}"
 
 
-def _explain_device(  # noqa: PLR0917 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
+def _explain_device(
     a: NodeAllocator,
     ci: int,
     req: Request,
     pool: Pool,
+    *,
     per_device: bool,
     d: Mapping[str, Any],
     worded: dict[int, tuple[SelectorOutcome, str, str]],
@@ -95,11 +95,11 @@ def _explain_device(  # noqa: PLR0917 - mirrors the Go allocator's function bran
         if hit is None:
             hit = worded[id(sel)] = (sel, *_word(req, sel))  # (the outcome kept alive: its id stays its own)
         return Candidate(a.node, name, hit[1], hit[2])
-    return _after_selectors(a, req, pool, per_device, d, name)
+    return _after_selectors(a, req, pool, per_device=per_device, d=d, name=name)
 
 
-def _after_selectors(  # noqa: PLR0917 - _explain_device's rest, branch for branch
-    a: NodeAllocator, req: Request, pool: Pool, per_device: bool, d: Mapping[str, Any], name: str
+def _after_selectors(
+    a: NodeAllocator, req: Request, pool: Pool, *, per_device: bool, d: Mapping[str, Any], name: str
 ) -> Candidate:
     """The verdict of a device every selector accepts (not allocated, or asked for with admin access).
 

@@ -138,7 +138,7 @@ def _entry(a: Any) -> _Entry | None:
     ((kind, x),) = a.items()
     tx = type(x)
     if tx is str:
-        if len(x) > MAX_ATTRIBUTE_VALUE_LENGTH or (kind != "string" and kind != "version"):  # noqa: PLR1714 - str ==, not `in`
+        if len(x) > MAX_ATTRIBUTE_VALUE_LENGTH or kind not in ("string", "version"):
             return None
     elif not ((tx is int and kind == "int" and -_INT64 <= x < _INT64) or (tx is bool and kind == "bool")):
         return None

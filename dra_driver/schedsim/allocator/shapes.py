@@ -16,6 +16,7 @@ equal consumptions one copy too).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,14 @@ from dra_driver.schedsim.cel import DeviceView
 # (driver, id of attributes, id of capacity, allowMultipleAllocations as selectors see it): the
 # parts are kept alive by the view's device, so their ids stay theirs while the cache lives.
 ViewKey = tuple[str, int, int, bool | None]
+
+
+class _NotStored(enum.Enum):
+    NOT_STORED = enum.auto()
+
+
+NOT_STORED = _NotStored.NOT_STORED
+"""The ``get`` default of the outcome caches, whose stored outcomes may be None (every selector accepts)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from dra_driver.schedsim.allocator.model import (
     qty,
 )
 from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec, unmergeable_terms
-from dra_driver.schedsim.allocator.shapes import SelectorOutcome, ShapeCache, ViewKey
+from dra_driver.schedsim.allocator.shapes import NOT_STORED, SelectorOutcome, ShapeCache, ViewKey
 from dra_driver.schedsim.cel import CelCompileError, CelError, CompiledSelector, DeviceView, compile_selector
 from dra_driver.schedsim.rules import NEWEST, Rules
 
@@ -50,7 +50,6 @@ _CLOCK_EVERY = 256  # steps between looks at the clock
 
 _COMPILE_FAILURES: dict[str, CelCompileError] = {}
 _NO_ERROR: tuple[None, None] = (None, None)  # a part the device lacks: no conversion error
-_UNKNOWN: Any = object()  # no outcome stored yet
 _EMPTY: Mapping[str, Any] = {}
 # One selector of a request's chain: (group: 0 class, 1 request; its index there; the expression;
 # the compiled selector, None where it does not compile; its outcome when false, or the compile error).
@@ -281,22 +280,22 @@ class NodeAllocator:
         multi = d.get("allowMultipleAllocations") if self.rules.selectors_see_multiple_allocations else None
         vkey = (did[0], id(d.get("attributes")), id(d.get("capacity")), multi)  # the view's key (see view())
         by_view = self.outcomes_by_view(ci, req)
-        hit = by_view.get(vkey, _UNKNOWN)
-        if hit is not _UNKNOWN:
-            return hit  # type: ignore[no-any-return] # an outcome stored below
+        hit = by_view.get(vkey, NOT_STORED)
+        if hit is not NOT_STORED:
+            return hit
         chain = self._chain(ci, req)
         # Attributes the reader read from another map (another node's device of the same name), a few
         # strings apart (a GPU's UUID): where no selector reads those names, the outcome is the other's.
         attrs = d.get("attributes")
         derived = self.shapes.derived.get(id(attrs)) if attrs is not None else None
         if derived is not None and derived[0] is attrs:
-            hit = by_view.get((vkey[0], id(derived[1]), vkey[2], multi), _UNKNOWN)
-            if hit is not _UNKNOWN:
+            hit = by_view.get((vkey[0], id(derived[1]), vkey[2], multi), NOT_STORED)
+            if hit is not NOT_STORED:
                 read = self._names_read(ci, req, chain, did[0])
                 if read is not None and read.isdisjoint(derived[2]):
                     self.shapes.alive.append(d)  # (keeps the parts alive, so the ids in vkey stay theirs)
                     by_view[vkey] = hit
-                    return hit  # type: ignore[no-any-return] # an outcome stored before
+                    return hit
         # A device of another view that reads the same to every selector of the chain (devices that
         # differ only in what no selector reads, a GPU's UUID, ...) has the same outcome.
         pkey = self._projection(chain, did[0], d)
@@ -305,13 +304,13 @@ class NodeAllocator:
             out = by_view[vkey] = self._evaluate(chain, self.view(did, d))
             return out
         by_projection = self.shapes.projections.setdefault((ci, req.name), {})
-        hit = by_projection.get(pkey, _UNKNOWN)
-        if hit is not _UNKNOWN:
+        hit = by_projection.get(pkey, NOT_STORED)
+        if hit is not NOT_STORED:
             self.shapes.alive.append(d)  # (keeps the parts alive, so the ids in vkey stay theirs)
         else:
             hit = by_projection[pkey] = self._evaluate(chain, self.view(did, d))  # (the view keeps them alive)
         by_view[vkey] = hit
-        return hit  # type: ignore[no-any-return] # an outcome stored above
+        return hit
 
     def _names_read(self, ci: int, req: Request, chain: tuple[_Link, ...], driver: str) -> frozenset[str] | None:
         """The attribute names (with the domain and bare) the chain's selectors read of a device of ``driver`` (once per request).

@@ -418,21 +418,17 @@ class Projector:
         selector reads the whole device, a whole map or a whole domain, or the device publishes one
         name both bare and with the driver's domain (the view decides which one counts).
         """
-        names = self._published.get(driver, _UNSET)
-        if names is _UNSET:
-            names = self._published[driver] = self._names(driver)
+        names = self.published_names(driver)
         if names is None:
             return None
         out: list[Any] = [driver if self.driver else None, multi if self.multi else None]
         for is_attr, qualified, bare in names:
             raw = attributes if is_attr else capacity
-            found_q = qualified is not None and qualified in raw
-            found_b = bare is not None and bare in raw
-            if found_q:
-                if found_b:
+            if qualified is not None and qualified in raw:
+                if bare is not None and bare in raw:
                     return None
                 v = raw[qualified]
-            elif found_b:
+            elif bare is not None and bare in raw:
                 v = raw[bare]
             else:
                 out.append(None)
@@ -446,10 +442,9 @@ class Projector:
         The published names :meth:`published_key` looks up (computed once per driver); None where
         the selector reads the whole device, a whole map or a whole domain.
         """
-        names = self._published.get(driver, _UNSET)
-        if names is _UNSET:
-            names = self._published[driver] = self._names(driver)
-        return names  # type: ignore[no-any-return] # (not _UNSET: stored above)
+        if driver not in self._published:
+            self._published[driver] = self._names(driver)
+        return self._published[driver]
 
     def _names(self, driver: str) -> tuple[tuple[bool, str | None, str | None], ...] | None:
         """Per piece: (an attribute?, its name with the domain, its bare name), as :meth:`DeviceView.piece` looks them up."""
