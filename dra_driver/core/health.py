@@ -5,7 +5,8 @@ with fake GPUs) turn NVML's events and periodic checks into ``HealthEvent`` and 
 plugin's monitor (``kubelet_plugin.health_monitor``) folds them into a ``HealthBook`` with the
 functions here, persists it (``to_json``/``from_json``), publishes ``tainted_devices`` and streams
 ``device_health`` to the kubelet. MIG devices and shares inherit their GPU's conditions: every
-published device names its GPU (``DeviceTarget.gpu``).
+published device names its GPU (``DeviceTarget.gpu``). What each event kind means (its taint
+key, value, severity and how it clears) is the table in ``dra_driver.core.health_causes``.
 
 Severity decides the taint effect and the kubelet status:
 
@@ -22,7 +23,9 @@ How a condition clears (``Clears``): ``repair`` conditions stay until the GPU is
 GPUs' ``recover``), an administrator says it is repaired (``dra-gpu health repair``), or the node
 reboots; ``check`` conditions clear when the periodic check no longer sees them; ``hold``
 conditions clear after ``hold_s`` without a recurrence. An XID nobody classified is ``degraded``
-(logged by the monitor): never ignored, never a reason to evict.
+(logged by the monitor): never ignored, never a reason to evict. The GPU recovery action is NVML's
+state, not a one-off: its condition (raised by the event or by the check) is a ``check`` one, kept
+while a check cannot read the action and cleared when a check reads ``none``.
 """
 
 from __future__ import annotations
@@ -31,83 +34,28 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from dra_driver.core.health_causes import (
+    EVENT_CAUSES,
+    EVENT_KINDS,
+    KEY_GPU_LOST,
+    KEY_HEALTH_RECORD,
+    KEY_MEMORY_REPAIR,
+    KEY_RECOVERY_ACTION,
+    KEY_UNMONITORED,
+    KEY_XID,
+    MAX_XID,
+    RECOVERY_ACTIONS,
+    XID_CLASSES,
+    Clears,
+    Severity,
+)
 from dra_driver.core.mig_publish import DeviceTarget
 from dra_driver.core.schema import DeviceSpec
 
-
-class Severity(StrEnum):
-    """How bad a condition is; see the module docstring."""
-
-    FATAL = "fatal"
-    DEGRADED = "degraded"
-    APPLICATION = "application"
-    INFORMATIONAL = "informational"
-
-
-class Clears(StrEnum):
-    """What ends a condition; see the module docstring."""
-
-    REPAIR = "repair"
-    CHECK = "check"
-    HOLD = "hold"
-
-
 _RANK = {Severity.INFORMATIONAL: 0, Severity.APPLICATION: 1, Severity.DEGRADED: 2, Severity.FATAL: 3}
 UNHEALTHY = frozenset({Severity.FATAL, Severity.DEGRADED})
-
-# NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors), by its immediate-action bucket:
-# RESTART_APP -> application; RESET_GPU / RESTART_BM / drain workflows -> fatal; IGNORE -> informational.
-_APP = Severity.APPLICATION
-_FATAL = Severity.FATAL
-XID_CLASSES: dict[int, tuple[Severity, str]] = {
-    8: (_APP, "GPU stopped processing (channel idle timeout)"),
-    13: (_APP, "graphics engine exception"),
-    31: (_APP, "GPU memory page fault"),
-    32: (_APP, "invalid or corrupted push buffer stream"),
-    43: (_APP, "GPU stopped processing"),
-    45: (_APP, "preemptive cleanup after previous errors"),
-    68: (_APP, "video decoder exception"),
-    69: (_APP, "graphics engine class error"),
-    94: (_APP, "contained ECC error (the application was stopped)"),
-    109: (_APP, "context switch timeout"),
-    63: (Severity.INFORMATIONAL, "ECC page retirement or row remapping recorded"),
-    92: (Severity.INFORMATIONAL, "high single-bit ECC error rate"),
-    48: (_FATAL, "double-bit ECC error"),
-    61: (_FATAL, "internal micro-controller breakpoint"),
-    62: (_FATAL, "internal micro-controller halt"),
-    64: (_FATAL, "ECC page retirement or row remapping failed"),
-    74: (_FATAL, "NVLink error"),
-    79: (_FATAL, "GPU has fallen off the bus"),
-    95: (_FATAL, "uncontained ECC error"),
-    119: (_FATAL, "GSP RPC timeout"),
-    120: (_FATAL, "GSP error"),
-    140: (_FATAL, "unrecovered ECC error"),
-    143: (_FATAL, "GPU initialization failure"),
-    144: (_FATAL, "NVLink SAW error"),
-    145: (_FATAL, "NVLink RLW error"),
-    146: (_FATAL, "NVLink TLW error"),
-    147: (_FATAL, "NVLink TREX error"),
-    148: (_FATAL, "NVLink NVLPW_CTRL error"),
-    149: (_FATAL, "NVLink NETIR error"),
-    150: (_FATAL, "NVLink MSE error"),
-    154: (Severity.DEGRADED, "GPU recovery action changed (the driver asks for a reset or drain)"),
-}
-MAX_XID = 1 << 16
-"""XIDs are small numbers; anything larger is refused as input (a source bug or a bad fault request)."""
-
-# Taint keys (``<driver>/<key>``) and the fixed vocabulary of their values.
-KEY_XID = "xid"
-KEY_ECC = "ecc"
-KEY_GPU_LOST = "gpu-lost"
-KEY_MEMORY_REPAIR = "memory-repair"
-KEY_UNMONITORED = "unmonitored"
-KEY_HEALTH_RECORD = "health-record"
-
-EventKind = Literal["xid", "double-bit-ecc", "gpu-lost", "gpu-reset"]
-EVENT_KINDS: tuple[str, ...] = ("xid", "double-bit-ecc", "gpu-lost", "gpu-reset")
 
 MAX_MESSAGE = 1024  # the kubelet truncates a health message beyond this
 MAX_CONDITIONS_PER_GPU = 16  # the API's limit of taints per device (since 1.35)
@@ -128,6 +76,8 @@ class HealthEvent:
     xid: int | None = None
     detail: str = ""
     """Free text from the source (NVML's words, the MIG instance), kept in the message."""
+    action: str = ""
+    """The recovery action NVML asks for (``gpu-recovery-action`` events): a key of ``RECOVERY_ACTIONS``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +94,8 @@ class GpuCheck:
     """Row remapping failed: the memory cannot be repaired."""
     error: str = ""
     """The check itself failed (NVML error): the GPU is not monitored."""
+    recovery_action: str = ""
+    """The recovery action NVML asks for (a key of ``RECOVERY_ACTIONS``, ``none`` included); '' when not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,10 +179,14 @@ def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
 
 
 def condition_for(event: HealthEvent) -> Condition | None:
-    """The condition an event raises; None for a reset (which clears, see ``record_event``).
+    """The condition an event raises (``EVENT_CAUSES``); None for a recorded-only kind, a reset or no action.
 
-    Raises ValueError for an event a source should never produce (unknown kind, missing or absurd XID).
+    Raises ValueError for an event a source should never produce (unknown kind, missing or absurd
+    XID, unknown recovery action).
     """
+    cause = EVENT_CAUSES.get(event.kind)
+    if cause is None:
+        raise ValueError(f"health event on {event.gpu_uuid}: unknown kind {event.kind[:40]!r}; known: {', '.join(EVENT_KINDS)}")
     detail = f" ({event.detail})" if event.detail else ""
     if event.kind == "xid":
         if event.xid is None or not 0 <= event.xid < MAX_XID:
@@ -238,15 +194,28 @@ def condition_for(event: HealthEvent) -> Condition | None:
         severity, what, _ = classify_xid(event.xid)
         clears = Clears.HOLD if severity in (Severity.APPLICATION, Severity.INFORMATIONAL) else Clears.REPAIR
         return Condition(KEY_XID, str(event.xid), severity, clears, event.at, _clip(f"XID {event.xid}: {what}{detail}"), event.at)
-    if event.kind == "double-bit-ecc":
-        msg = _clip(f"double-bit ECC error{detail}")
-        return Condition(KEY_ECC, "double-bit", Severity.FATAL, Clears.REPAIR, event.at, msg, event.at)
-    if event.kind == "gpu-lost":
-        msg = _clip(f"GPU lost{detail}")
-        return Condition(KEY_GPU_LOST, "lost", Severity.FATAL, Clears.REPAIR, event.at, msg, event.at)
-    if event.kind == "gpu-reset":
+    if event.kind == "gpu-recovery-action":
+        return _recovery_condition(event.action, event.at, detail, where=f"recovery action event on {event.gpu_uuid}")
+    if not cause.key or cause.severity is None:
         return None
-    raise ValueError(f"unknown health event kind {event.kind!r}; known: {', '.join(EVENT_KINDS)}")
+    msg = _clip(f"{cause.what}{detail}")
+    return Condition(cause.key, cause.value, cause.severity, cause.clears, event.at, msg, event.at)
+
+
+def _recovery_condition(action: str, at: float, detail: str, *, where: str) -> Condition | None:
+    """The condition of a recovery action NVML asks for (None for ``none``).
+
+    A known action lasts while the checks read it (``check``); ``unknown`` (unreadable, or a value this
+    driver does not know) stays until repaired: no check will say it is over.
+    """
+    known = RECOVERY_ACTIONS.get(action)
+    if known is None:
+        raise ValueError(f"{where}: unknown recovery action {action[:40]!r}; known: {', '.join(RECOVERY_ACTIONS)}")
+    if known.severity is None:
+        return None
+    clears = Clears.REPAIR if action == "unknown" else Clears.CHECK
+    msg = _clip(f"GPU recovery action: {known.what}{detail}")
+    return Condition(KEY_RECOVERY_ACTION, action, known.severity, clears, at, msg, at)
 
 
 def _merge(old: Condition | None, new: Condition) -> Condition:
@@ -267,11 +236,16 @@ def _merge(old: Condition | None, new: Condition) -> Condition:
 
 
 def record_event(book: HealthBook, event: HealthEvent) -> HealthBook:
-    """Fold one event in. A reset clears everything but what the checks see (they decide on those)."""
+    """Fold one event in. A reset clears everything but what the checks see (they decide on those).
+
+    A recorded-only kind (``EVENT_CAUSES`` without a key) changes nothing.
+    """
     current = {c.key: c for c in book.of(event.gpu_uuid)}
     cond = condition_for(event)
-    if cond is None:
+    if event.kind == "gpu-reset":
         return book.with_conditions(event.gpu_uuid, [c for c in current.values() if c.clears is Clears.CHECK])
+    if cond is None:
+        return book
     current[cond.key] = _merge(current.get(cond.key), cond)
     if len(current) > MAX_CONDITIONS_PER_GPU:  # cannot happen with the fixed keys; bounded anyway
         return book
@@ -290,6 +264,10 @@ def check_conditions(check: GpuCheck, at: float) -> list[Condition]:
         value = "remap-pending" if check.remap_pending else "retirement-pending"
         msg = "memory repair recorded, waiting for a GPU reset (drain the GPU, then reset it)"
         out.append(Condition(KEY_MEMORY_REPAIR, value, Severity.DEGRADED, Clears.CHECK, at, msg, at))
+    if check.recovery_action:
+        cond = _recovery_condition(check.recovery_action, at, "", where="check")
+        if cond is not None:
+            out.append(cond)
     if check.error:
         msg = _clip(f"health check failed, the GPU is not monitored: {check.error}")
         out.append(Condition(KEY_UNMONITORED, "check-failed", Severity.INFORMATIONAL, Clears.CHECK, at, msg, at))
@@ -297,7 +275,11 @@ def check_conditions(check: GpuCheck, at: float) -> list[Condition]:
 
 
 def record_check(book: HealthBook, gpu_uuid: str, check: GpuCheck, at: float) -> HealthBook:
-    """Replace the GPU's ``check`` conditions with what this check saw (keeping their first time)."""
+    """Replace the GPU's ``check`` conditions with what this check saw (keeping their first time).
+
+    A recovery action the check did not read (``recovery_action`` empty) is not seen gone: its
+    condition stays until a check reads another action or ``none``.
+    """
     current = book.of(gpu_uuid)
     previous = {c.key: c for c in current if c.clears is Clears.CHECK}
     seen = []
@@ -307,7 +289,12 @@ def record_check(book: HealthBook, gpu_uuid: str, check: GpuCheck, at: float) ->
         # sees the same as the last one changes nothing: no write, no republication.
         seen.append(replace(c, since=old.since, last_seen=old.last_seen) if old is not None and old.value == c.value else c)
     seen_keys = {c.key for c in seen}
-    others = [c for c in current if c.clears is not Clears.CHECK and not (c.key in seen_keys and _outranked(c, seen))]
+    unread = {KEY_RECOVERY_ACTION} if not check.recovery_action else set()
+    others = [
+        c
+        for c in current
+        if (c.clears is not Clears.CHECK or c.key in unread) and not (c.key in seen_keys and _outranked(c, seen))
+    ]
     merged = {c.key: c for c in others}
     for c in seen:
         merged[c.key] = _merge(merged.get(c.key), c) if c.key in merged else c

@@ -2,10 +2,14 @@
 
 The CLI (``python -m dra_driver.sources.fake_health``) is the fault-side twin of the MIG
 simulator's (``python -m dra_driver.mig_backends.sim``): it appends events (an XID, a double-bit
-ECC error, a lost GPU, a reset) and sets what periodic checks see (lost, memory repair pending or
-failed, a failing check) in ``<fake GPU state dir>/gpu-faults.json``, under a flock, atomically:
+ECC error, a lost GPU, a reset, or any other kind of ``dra_driver.core.health_causes.EVENT_CAUSES``:
+the NVML event types) and sets what periodic checks see (lost, memory repair pending or failed, the
+GPU recovery action, a failing check) in ``<fake GPU state dir>/gpu-faults.json``, under a flock,
+atomically:
 
     python -m dra_driver.sources.fake_health --state-dir D --fake-gpus h100x8 --node-name n xid --gpu 0 --xid 79
+    python -m dra_driver.sources.fake_health --state-dir D --fake-gpus h100x8 --node-name n event --gpu 2 --kind fatal-poison
+    python -m dra_driver.sources.fake_health --state-dir D --fake-gpus h100x8 --node-name n recovery --gpu 3 --action gpu-reset
     python -m dra_driver.sources.fake_health --state-dir D --fake-gpus h100x8 --node-name n memory --gpu 1 --remap-pending
     python -m dra_driver.sources.fake_health --state-dir D --fake-gpus h100x8 --node-name n recover --gpu 0
     python -m dra_driver.sources.fake_health --state-dir D --fake-gpus h100x8 --node-name n list
@@ -22,13 +26,14 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from dra_driver.core.health import EVENT_KINDS, MAX_XID, GpuCheck, HealthEvent
+from dra_driver.core.health import GpuCheck, HealthEvent, condition_for
+from dra_driver.core.health_causes import EVENT_KINDS, MAX_XID, RECOVERY_ACTIONS
 from dra_driver.files.atomic import write_atomic
 from dra_driver.files.lock import file_lock
 from dra_driver.sources.fake import FakeGpuSource
@@ -60,6 +65,7 @@ def _check_json(c: GpuCheck) -> dict[str, Any]:
         "remapPending": c.remap_pending,
         "remapFailed": c.remap_failed,
         "error": c.error,
+        "recoveryAction": c.recovery_action,
     }
 
 
@@ -68,7 +74,8 @@ def _encode(fl: FaultLog) -> bytes:
         "version": FORMAT_VERSION,
         "nextSeq": fl.next_seq,
         "events": [
-            {"seq": s, "uuid": e.gpu_uuid, "kind": e.kind, "at": e.at, "xid": e.xid, "detail": e.detail} for s, e in fl.events
+            {"seq": s, "uuid": e.gpu_uuid, "kind": e.kind, "at": e.at, "xid": e.xid, "detail": e.detail, "action": e.action}
+            for s, e in fl.events
         ],
         "checks": {u: _check_json(c) for u, c in sorted(fl.checks.items())},
     }
@@ -93,18 +100,30 @@ def _event(raw: Any) -> tuple[int, HealthEvent]:
         raise FaultFileError(f"event {seq}: xid {xid!r} is not an XID")
     if not isinstance(detail, str) or len(detail) > MAX_DETAIL:
         raise FaultFileError(f"event {seq}: detail is not a short string")
-    return seq, HealthEvent(gpu_uuid=uuid, kind=kind, at=float(at), xid=xid, detail=detail)
+    action = raw.get("action", "")
+    if not isinstance(action, str) or (action and action not in RECOVERY_ACTIONS):
+        raise FaultFileError(f"event {seq}: action {str(action)[:40]!r} is not a recovery action")
+    event = HealthEvent(gpu_uuid=uuid, kind=kind, at=float(at), xid=xid, detail=detail, action=action)
+    try:
+        condition_for(event)
+    except ValueError as err:  # an XID event without its number, a recovery action event without its action
+        raise FaultFileError(f"event {seq}: {err}") from None
+    return seq, event
 
 
 def _check(raw: Any) -> GpuCheck:
     if not isinstance(raw, dict):
         raise FaultFileError("a check is not an object")
     flags = [raw.get(k, False) for k in ("lost", "retirementPending", "remapPending", "remapFailed")]
-    error = raw.get("error", "")
+    error, action = raw.get("error", ""), raw.get("recoveryAction", "")
     if not all(isinstance(f, bool) for f in flags) or not isinstance(error, str) or len(error) > MAX_DETAIL:
         raise FaultFileError("a check has flags that are not booleans, or a long error")
+    if not isinstance(action, str) or (action and action not in RECOVERY_ACTIONS):
+        raise FaultFileError(f"a check's recoveryAction {str(action)[:40]!r} is not a recovery action")
     lost, retirement, remap, failed = flags
-    return GpuCheck(lost=lost, retirement_pending=retirement, remap_pending=remap, remap_failed=failed, error=error)
+    return GpuCheck(
+        lost=lost, retirement_pending=retirement, remap_pending=remap, remap_failed=failed, error=error, recovery_action=action
+    )
 
 
 def decode(data: bytes) -> FaultLog:
@@ -222,6 +241,13 @@ def _parser() -> argparse.ArgumentParser:
     for name, what in (("ecc", "a double-bit ECC event"), ("lose", "the GPU falls off the bus (event, and checks see it lost)")):
         s = sub.add_parser(name, help=what)
         s.add_argument("--gpu", type=int, required=True)
+    e = sub.add_parser("event", help="an event of any kind (the NVML event types: single-bit-ecc-storm, fatal-poison, ...)")
+    e.add_argument("--gpu", type=int, required=True)
+    e.add_argument("--kind", required=True, choices=[k for k in EVENT_KINDS if k not in ("xid", "gpu-recovery-action")])
+    e.add_argument("--detail", default="")
+    a = sub.add_parser("recovery", help="NVML asks for a recovery action: the event, and checks read it until recovered")
+    a.add_argument("--gpu", type=int, required=True)
+    a.add_argument("--action", required=True, choices=list(RECOVERY_ACTIONS))
     r = sub.add_parser("recover", help="the GPU was reset: checks see it healthy, a reset event clears what it raised")
     r.add_argument("--gpu", type=int, required=True)
     m = sub.add_parser("memory", help="what checks see about memory repair")
@@ -253,6 +279,55 @@ def _with_check(fl: FaultLog, uuid: str, check: GpuCheck) -> FaultLog:
     return FaultLog(fl.next_seq, fl.events, {**fl.checks, uuid: check})
 
 
+Edit = Callable[[FaultLog], FaultLog]
+
+
+def _xid(a: argparse.Namespace, uuid: str, now: float) -> Edit | str:
+    if not 0 <= a.xid < MAX_XID or len(a.detail) > MAX_DETAIL:
+        return f"--xid must be in [0, {MAX_XID}) and --detail at most {MAX_DETAIL} characters"
+    return lambda fl: _append(fl, HealthEvent(uuid, "xid", now, a.xid, a.detail))
+
+
+def _event_of_kind(a: argparse.Namespace, uuid: str, now: float) -> Edit | str:
+    if len(a.detail) > MAX_DETAIL:
+        return f"--detail must be at most {MAX_DETAIL} characters"
+    return lambda fl: _append(fl, HealthEvent(uuid, a.kind, now, detail=a.detail))
+
+
+def _recovery(a: argparse.Namespace, uuid: str, now: float) -> Edit | str:
+    """Like NVML: the event, and the field reads the action until the GPU is recovered."""
+    event = HealthEvent(uuid, "gpu-recovery-action", now, action=a.action)
+    return lambda fl: _with_check(_append(fl, event), uuid, replace(fl.checks.get(uuid, GpuCheck()), recovery_action=a.action))
+
+
+def _memory(a: argparse.Namespace, uuid: str, now: float) -> Edit | str:
+    check = GpuCheck(retirement_pending=a.retirement_pending, remap_pending=a.remap_pending, remap_failed=a.remap_failed)
+    return lambda fl: _with_check(fl, uuid, check)
+
+
+def _break_checks(a: argparse.Namespace, uuid: str, now: float) -> Edit | str:
+    if len(a.error) > MAX_DETAIL:
+        return f"--error must be at most {MAX_DETAIL} characters"
+    return lambda fl: _with_check(fl, uuid, GpuCheck(error=a.error))
+
+
+_EDITS: dict[str, Callable[[argparse.Namespace, str, float], Edit | str]] = {
+    "xid": _xid,
+    "ecc": lambda a, uuid, now: lambda fl: _append(fl, HealthEvent(uuid, "double-bit-ecc", now)),
+    "lose": lambda a, uuid, now: (
+        lambda fl: _with_check(_append(fl, HealthEvent(uuid, "gpu-lost", now)), uuid, GpuCheck(lost=True))
+    ),
+    "event": _event_of_kind,
+    "recovery": _recovery,
+    "recover": lambda a, uuid, now: (
+        lambda fl: _with_check(_append(fl, HealthEvent(uuid, "gpu-reset", now)), uuid, GpuCheck(recovery_action="none"))
+    ),
+    "memory": _memory,
+    "break-checks": _break_checks,
+}
+"""Per command, the change it makes to the fault log, or what is wrong with its arguments."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; 0 on success, 2 on a bad argument (named on stderr)."""
     a = _parser().parse_args(argv)
@@ -268,27 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.gpu not in gpus:
         print(f"error: no GPU with minor {a.gpu} in profile {a.fake_gpus}", file=sys.stderr)
         return 2
-    uuid, now = gpus[a.gpu], time.time()
-    if a.command == "xid":
-        if not 0 <= a.xid < MAX_XID or len(a.detail) > MAX_DETAIL:
-            print(f"error: --xid must be in [0, {MAX_XID}) and --detail at most {MAX_DETAIL} characters", file=sys.stderr)
-            return 2
-        fl = _change(path, lambda fl: _append(fl, HealthEvent(uuid, "xid", now, a.xid, a.detail)))
-    elif a.command == "ecc":
-        fl = _change(path, lambda fl: _append(fl, HealthEvent(uuid, "double-bit-ecc", now)))
-    elif a.command == "lose":
-        fl = _change(path, lambda fl: _with_check(_append(fl, HealthEvent(uuid, "gpu-lost", now)), uuid, GpuCheck(lost=True)))
-    elif a.command == "recover":
-        fl = _change(path, lambda fl: _with_check(_append(fl, HealthEvent(uuid, "gpu-reset", now)), uuid, GpuCheck()))
-    elif a.command == "memory":
-        check = GpuCheck(retirement_pending=a.retirement_pending, remap_pending=a.remap_pending, remap_failed=a.remap_failed)
-        fl = _change(path, lambda fl: _with_check(fl, uuid, check))
-    else:  # break-checks
-        if len(a.error) > MAX_DETAIL:
-            print(f"error: --error must be at most {MAX_DETAIL} characters", file=sys.stderr)
-            return 2
-        fl = _change(path, lambda fl: _with_check(fl, uuid, GpuCheck(error=a.error)))
-    print(json.dumps({"gpu": a.gpu, "uuid": uuid, "command": a.command, "nextSeq": fl.next_seq}))
+    edit = _EDITS[a.command](a, gpus[a.gpu], time.time())
+    if isinstance(edit, str):
+        print(f"error: {edit}", file=sys.stderr)
+        return 2
+    fl = _change(path, edit)
+    print(json.dumps({"gpu": a.gpu, "uuid": gpus[a.gpu], "command": a.command, "nextSeq": fl.next_seq}))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The NVML health source: XID and double-bit ECC events, and periodic checks of lost GPUs and memory repair.
+"""The NVML health source: every NVML event type a GPU offers, and periodic checks (lost, memory repair, recovery action).
 
 ``NvmlHealthSource`` satisfies ``dra_driver.core.health.HealthSource`` on real GPU nodes. The plugin's
 health monitor (``kubelet_plugin.health_monitor``) gets it through ``dra_driver.sources.select`` or
@@ -6,13 +6,21 @@ the plugin's wiring, calls ``events()`` in a loop and ``check()`` periodically, 
 return into its ``HealthBook``.
 
 What it does with NVML, strictly read-only towards the GPUs: ``nvmlInit``, one event set of this
-process's own (``nvmlEventSetCreate``) on which each watched GPU registers the XID and double-bit
-ECC event types it supports, ``nvmlEventSetWait_v2`` for events, and query functions for the checks
-(handle lookup, pending page retirement, remapped rows). It never sets MIG mode, clocks, power,
-never resets a GPU and never clears a counter. ``close()`` frees the event set and shuts NVML down.
+process's own (``nvmlEventSetCreate``) on which each watched GPU registers, one type at a time,
+every event type of ``dra_driver.core.health_causes.EVENT_CAUSES`` that
+``nvmlDeviceGetSupportedEventTypes`` says it supports (so a type NVML refuses, ``NOT_SUPPORTED`` on
+some SKUs and with MIG, loses only itself), ``nvmlEventSetWait_v2`` for events, and query
+functions for the checks (handle lookup, pending page retirement, remapped rows, and the GPU
+recovery action through ``nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)``, also read
+when a recovery action event arrives: NVML documents ``eventData`` for XIDs only). It never sets
+MIG mode, clocks, power, never resets a GPU and never clears a counter. ``close()`` frees the event
+set and shuts NVML down. Which types each GPU watches is logged (``nvml_health_events_watched``)
+and kept in ``registrations``.
 
-A GPU whose event registration fails (``NOT_SUPPORTED`` on some SKUs and with MIG) is not an error
-of the source: it is remembered as unmonitored and every ``check()`` reports it in ``GpuCheck.error``.
+Every event becomes a ``HealthEvent`` of its kind; the core decides what it means (recorded-only
+kinds such as P-state or clock changes change nothing and are logged here at debug level). A GPU
+on which no type that raises a condition could be registered is not an error of the source: it is
+remembered as unmonitored and every ``check()`` reports it in ``GpuCheck.error``.
 
 NVML has no replayable event log: ``position()`` is always 0 and ``resume()`` ignores its argument.
 
@@ -31,7 +39,8 @@ from typing import Any
 
 import structlog
 
-from dra_driver.core.health import MAX_XID, GpuCheck, HealthEvent
+from dra_driver.core.health import GpuCheck, HealthEvent
+from dra_driver.core.health_causes import EVENT_CAUSES, MAX_XID, NVML_EVENT_KINDS, RECOVERY_ACTIONS
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +49,16 @@ MAX_EVENTS_PER_CALL = 256
 _NOT_APPLICABLE = 0xFFFFFFFF
 """``gpuInstanceId``/``computeInstanceId`` of an event that is not about a MIG instance."""
 _MAX_WAIT_MS = 0xFFFFFFFF  # nvmlEventSetWait_v2 takes an unsigned int of milliseconds
+_RECOVERY_FIELD = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
+_VALUE_MEMBERS = {  # nvmlValue_t's member for each nvmlValueType_t
+    "NVML_VALUE_TYPE_DOUBLE": "dVal",
+    "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG": "ulVal",
+    "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": "ullVal",
+    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": "sllVal",
+    "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
+    "NVML_VALUE_TYPE_UNSIGNED_SHORT": "usVal",
+}
 
 
 def _text(value: Any) -> str:
@@ -54,9 +73,11 @@ class Registration:
     supported: int | None
     """``nvmlDeviceGetSupportedEventTypes``' mask (None: not known, the GPU or the query failed)."""
     registered: int
-    """The event types registered on the event set (0: none, the GPU is unmonitored)."""
+    """The event types registered on the event set (0: none)."""
     error: str = ""
-    """Why the GPU is unmonitored (empty: monitored)."""
+    """Why the GPU is unmonitored (empty: monitored): no type that raises a condition is registered."""
+    refused: tuple[tuple[str, str], ...] = ()
+    """(event kind, NVML's error) of each supported type whose registration failed."""
 
 
 class NvmlHealthSource:
@@ -93,8 +114,14 @@ class NvmlHealthSource:
         self._seen: set[str] = set()  # UUIDs NVML found once: "not found" later means the GPU is gone
         self._last_wait_error: int | None = None
         self._closed = False
+        self._counts: dict[tuple[str, str], int] = {}
         n = self._n
-        self._types = int(n.nvmlEventTypeXidCriticalError) | int(n.nvmlEventTypeDoubleBitEccError)
+        # NVML's bit of each kind this pynvml knows (an older binding lacks the newer types' names).
+        self._bits: dict[str, int] = {
+            k: int(getattr(n, EVENT_CAUSES[k].nvml)) for k in NVML_EVENT_KINDS if hasattr(n, EVENT_CAUSES[k].nvml)
+        }
+        self._actions = {int(getattr(n, a.nvml)): name for name, a in RECOVERY_ACTIONS.items() if a.nvml and hasattr(n, a.nvml)}
+        self._recovery_field: int | None = int(getattr(n, _RECOVERY_FIELD)) if hasattr(n, _RECOVERY_FIELD) else None
         # Only NVML's own word: UNKNOWN can be transient, and "lost" is fatal (with eviction on, pods go).
         self._lost_codes = {int(n.NVML_ERROR_GPU_IS_LOST)}
         self._unsupported_codes = {int(n.NVML_ERROR_NOT_SUPPORTED), int(n.NVML_ERROR_FUNCTION_NOT_FOUND)}
@@ -103,7 +130,7 @@ class NvmlHealthSource:
     # -- start and stop ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """``nvmlInit``, one event set, and each GPU's supported XID/double-bit ECC events on it.
+        """``nvmlInit``, one event set, and each GPU's supported event types on it, one at a time.
 
         Raises the NVML error of ``nvmlInit`` (no driver: no source). Anything later only leaves GPUs
         unmonitored: no event set at all (every GPU unmonitored), or one GPU's lookup or registration.
@@ -138,19 +165,47 @@ class NvmlHealthSource:
         except n.NVMLError as err:
             log.warning("nvml_health_events_unsupported", gpu=uuid, error=str(err))
             return Registration(uuid, None, 0, f"events not supported: {err}")
-        wanted = supported & self._types
-        if not wanted:
-            log.warning("nvml_health_events_unsupported", gpu=uuid, supported=hex(supported))
-            why = f"events not supported: neither XID nor double-bit ECC events (supported mask {supported:#x})"
-            return Registration(uuid, supported, 0, why)
-        try:
-            n.nvmlDeviceRegisterEvents(handle, wanted, self._event_set)
-        except n.NVMLError as err:
-            log.warning("nvml_health_events_unsupported", gpu=uuid, error=str(err), wanted=hex(wanted))
-            return Registration(uuid, supported, 0, f"events not supported: {err}")
-        if wanted != self._types:
-            log.info("nvml_health_events_partial", gpu=uuid, supported=hex(supported), registered=hex(wanted))
-        return Registration(uuid, supported, wanted)
+        registered = 0
+        refused: list[tuple[str, str]] = []
+        for kind, bit in self._bits.items():
+            if not supported & bit:
+                continue
+            try:  # one type per call: NVML refusing one (NOT_SUPPORTED) must not lose the others
+                n.nvmlDeviceRegisterEvents(handle, bit, self._event_set)
+            except n.NVMLError as err:
+                refused.append((kind, str(err)))
+                continue
+            registered |= bit
+        watched = self.kinds(registered)
+        log.info(
+            "nvml_health_events_watched",
+            gpu=uuid,
+            watched=watched,
+            unsupported=[k for k, bit in self._bits.items() if not supported & bit],
+            refused=dict(refused),
+            supported=hex(supported),
+        )
+        if any(EVENT_CAUSES[k].key for k in watched):
+            return Registration(uuid, supported, registered, "", tuple(refused))
+        if refused and not registered:
+            why = "; ".join(dict.fromkeys(e for _, e in refused))
+        elif registered:
+            why = f"no health event type registered, only {', '.join(watched)}"
+        else:
+            why = f"no event type this driver watches is supported (supported mask {supported:#x})"
+        log.warning("nvml_health_events_unsupported", gpu=uuid, why=why)
+        return Registration(uuid, supported, registered, f"events not supported: {why}", tuple(refused))
+
+    def kinds(self, mask: int | None) -> list[str]:
+        """The event kinds of an NVML event type mask (in ``EVENT_CAUSES`` order)."""
+        return [] if mask is None else [k for k, bit in self._bits.items() if mask & bit]
+
+    def event_counts(self) -> dict[str, dict[str, int]]:
+        """Per GPU, how many events of each kind ``events()`` returned so far (for the device check script)."""
+        out: dict[str, dict[str, int]] = {}
+        for (uuid, kind), count in sorted(self._counts.items()):
+            out.setdefault(uuid, {})[kind] = count
+        return out
 
     def close(self) -> None:
         """Free the event set and shut NVML down; a second call does nothing. Errors are logged, not raised."""
@@ -240,19 +295,57 @@ class NvmlHealthSource:
             log.warning("nvml_health_event_skipped", reason="GPU not watched", gpu=uuid)
             return None
         event_type, value = int(data.eventType), int(data.eventData)
-        detail = _mig_detail(getattr(data, "gpuInstanceId", _NOT_APPLICABLE), getattr(data, "computeInstanceId", _NOT_APPLICABLE))
-        if event_type & int(n.nvmlEventTypeXidCriticalError):
+        kind = next((k for k, bit in self._bits.items() if event_type & bit), None)
+        if kind is None:
+            log.warning("nvml_health_event_skipped", reason="event type not registered", gpu=uuid, event_type=hex(event_type))
+            return None
+        event = self._health_event(kind, uuid, value, data)
+        if event is not None:
+            self._counts[(uuid, kind)] = self._counts.get((uuid, kind), 0) + 1
+            if not EVENT_CAUSES[kind].key:
+                log.debug("nvml_health_event_recorded", gpu=uuid, kind=kind, data=value)
+        return event
+
+    def _health_event(self, kind: str, uuid: str, value: int, data: Any) -> HealthEvent | None:
+        if kind == "xid":
             if not 0 <= value < MAX_XID:  # the core refuses it: skip here, as the Protocol says
                 log.warning("nvml_health_event_skipped", reason="XID number out of range", gpu=uuid, xid=value)
                 return None
-            return HealthEvent(gpu_uuid=uuid, kind="xid", at=self._clock(), xid=value, detail=detail)
-        if event_type & int(n.nvmlEventTypeDoubleBitEccError):
-            return HealthEvent(gpu_uuid=uuid, kind="double-bit-ecc", at=self._clock(), detail=detail)
-        log.warning("nvml_health_event_skipped", reason="event type not registered", gpu=uuid, event_type=hex(event_type))
-        return None
+            # NVML documents the MIG instance IDs for XID events only.
+            gi, ci = getattr(data, "gpuInstanceId", _NOT_APPLICABLE), getattr(data, "computeInstanceId", _NOT_APPLICABLE)
+            return HealthEvent(gpu_uuid=uuid, kind="xid", at=self._clock(), xid=value, detail=_mig_detail(gi, ci))
+        if kind == "gpu-recovery-action":
+            action, detail = self._event_recovery_action(data.device)
+            return HealthEvent(gpu_uuid=uuid, kind=kind, at=self._clock(), detail=detail, action=action)
+        return HealthEvent(gpu_uuid=uuid, kind=kind, at=self._clock())
+
+    def _event_recovery_action(self, handle: Any) -> tuple[str, str]:
+        """(action, detail) NVML asks for after a recovery action event; ``unknown`` (fail closed) when unreadable."""
+        try:
+            code = self._recovery_code(handle)
+        except self._n.NVMLError as err:
+            log.warning("nvml_health_recovery_action_unreadable", error=str(err))
+            return "unknown", f"recovery action unreadable: {err}"
+        if code is None:
+            return "unknown", "recovery action unreadable: this NVML binding has no recovery action field"
+        action = self._actions.get(code)
+        return (action, "") if action is not None else ("unknown", f"NVML recovery action {code}")
+
+    def _recovery_code(self, handle: Any) -> int | None:
+        """NVML's recovery action value (None: this binding has no such field); raises NVMLError."""
+        n = self._n
+        if self._recovery_field is None:
+            return None
+        (field,) = n.nvmlDeviceGetFieldValues(handle, [self._recovery_field])
+        if int(field.nvmlReturn) != 0:
+            raise n.NVMLError(int(field.nvmlReturn))
+        member = next(
+            (m for t, m in _VALUE_MEMBERS.items() if hasattr(n, t) and int(getattr(n, t)) == int(field.valueType)), "uiVal"
+        )
+        return int(getattr(field.value, member))
 
     def check(self, gpu_uuids: Sequence[str]) -> dict[str, GpuCheck]:
-        """Each GPU: lost, pending page retirement, pending or failed row remapping, or why not checked.
+        """Each GPU: lost, pending page retirement, pending or failed row remapping, the recovery action, or why not checked.
 
         Read-only queries. ``GPU_IS_LOST`` or ``UNKNOWN`` from any of them, or a GPU once found and now
         not, is ``lost``; ``NOT_SUPPORTED`` (page retirement on Ampere and later, row remapping before)
@@ -284,6 +377,10 @@ class NvmlHealthSource:
         rows = self._query(n.nvmlDeviceGetRemappedRows, handle, "remapped rows", errors)
         if rows is _LOST:
             return GpuCheck(lost=True)
+        code = self._query(self._recovery_code, handle, "recovery action", errors)
+        if code is _LOST:
+            return GpuCheck(lost=True)
+        action = "" if code is None else self._actions.get(int(code), "unknown")
         remap_pending = remap_failed = False
         if rows is not None:
             _corr, _unc, pending, failed = rows
@@ -293,6 +390,7 @@ class NvmlHealthSource:
             remap_pending=remap_pending,
             remap_failed=remap_failed,
             error="; ".join(errors),
+            recovery_action=action,
         )
 
     def _query(self, fn: Callable[[Any], Any], handle: Any, what: str, errors: list[str]) -> Any:

@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.core.health import (
-    KEY_HEALTH_RECORD,
+    GpuCheck,
     HealthBook,
     HealthEvent,
     HealthRecordError,
     from_json,
+    record_check,
     record_event,
     to_json,
 )
+from dra_driver.core.health_causes import KEY_HEALTH_RECORD
 from dra_driver.files.health_store import HealthStore
 from dra_driver.obs.scrape import ScrapeError
 from dra_driver.obs.scrape import parse as parse_scrape
@@ -38,8 +40,13 @@ def record_seed() -> dict[str, Any]:
         HealthEvent("GPU-a", "xid", 10.0, 79, "x"),
         HealthEvent("GPU-b", "xid", 11.0, 13),
         HealthEvent("GPU-a", "double-bit-ecc", 12.0),
+        HealthEvent("GPU-b", "single-bit-ecc-storm", 13.0),
+        HealthEvent("GPU-b", "fatal-poison", 14.0),
+        HealthEvent("GPU-a", "gpu-recovery-action", 15.0, action="drain-p2p"),
+        HealthEvent("GPU-b", "gpu-recovery-action", 16.0, action="unknown"),
     ):
         book = record_event(book, e)
+    book = record_check(book, "GPU-a", GpuCheck(recovery_action="node-reboot"), 17.0)
     return to_json(book, "boot-1", {"fake": 7})
 
 
@@ -50,8 +57,22 @@ def fault_seed() -> dict[str, Any]:
         "events": [
             {"seq": 0, "uuid": "GPU-a", "kind": "xid", "at": 1.0, "xid": 79, "detail": ""},
             {"seq": 1, "uuid": "GPU-b", "kind": "gpu-reset", "at": 2.0, "xid": None, "detail": "d"},
+            {
+                "seq": 2,
+                "uuid": "GPU-a",
+                "kind": "gpu-recovery-action",
+                "at": 3.0,
+                "xid": None,
+                "detail": "",
+                "action": "gpu-reset",
+            },
+            {"seq": 3, "uuid": "GPU-b", "kind": "dram-retirement-failure", "at": 4.0, "xid": None, "detail": "", "action": ""},
+            {"seq": 4, "uuid": "GPU-b", "kind": "pstate", "at": 5.0, "xid": None, "detail": ""},
         ],
-        "checks": {"GPU-a": {"lost": True, "retirementPending": False, "remapPending": False, "remapFailed": False, "error": ""}},
+        "checks": {
+            "GPU-a": {"lost": True, "retirementPending": False, "remapPending": False, "remapFailed": False, "error": ""},
+            "GPU-b": {"lost": False, "error": "", "recoveryAction": "bus-reset"},
+        },
     }
 
 
@@ -102,6 +123,23 @@ def test_fault_file_decoder_refuses_hostile_files_and_the_source_never_raises(tm
 
     rep = harness.run("fault file source", inputs(fault_seed(), harness.budget(400), "fault-source"), poll, ())
     harness.assert_clean(rep)
+
+
+def test_every_event_and_check_the_fault_file_accepts_folds_into_the_book() -> None:
+    """What the fake GPUs' source hands the monitor never makes ``record_event`` or ``record_check`` raise."""
+
+    def fold(raw: bytes) -> None:
+        fl = decode(raw)
+        book = HealthBook()
+        for _, event in fl.events:
+            book = record_event(book, event)
+        for uuid, check in fl.checks.items():
+            book = record_check(book, uuid, check, 10.0)
+        assert isinstance(book, HealthBook)
+
+    rep = harness.run("fault file fold", inputs(fault_seed(), harness.budget(800), "fault-fold"), fold, (FaultFileError,))
+    harness.assert_clean(rep)
+    assert rep.accepted > 0 and rep.rejected > 0
 
 
 def usage_seed() -> dict[str, Any]:

@@ -12,14 +12,13 @@ import pytest
 
 from dra_driver.appkit.inventory import node_publication
 from dra_driver.core.health import (
-    Clears,
     GpuCheck,
     HealthBook,
     HealthEvent,
     HealthRecordError,
-    Severity,
     TaintPolicy,
     classify_xid,
+    condition_for,
     expire,
     from_json,
     health_message,
@@ -32,6 +31,7 @@ from dra_driver.core.health import (
     taints_for,
     to_json,
 )
+from dra_driver.core.health_causes import EVENT_CAUSES, RECOVERY_ACTIONS, Clears, Severity
 from dra_driver.core.mig import MigStrategy
 from dra_driver.files.health_store import HealthStore, request_repair
 from dra_driver.sources.fake import FakeGpuSource
@@ -141,6 +141,91 @@ def test_kubelet_health_is_unhealthy_for_fatal_and_degraded_with_the_cause_in_wo
     assert health_message(conds).startswith("fatal: double-bit ECC error; application: XID 13")
     assert not is_unhealthy(record_event(HealthBook(), xid(13)).of("GPU-a"))
     assert len(health_message(record_event(HealthBook(), HealthEvent("GPU-a", "xid", 1.0, 79, "d" * 5000)).of("GPU-a"))) <= 1024
+
+
+def test_recorded_only_kinds_change_nothing_and_a_reset_still_clears() -> None:
+    book = record_event(HealthBook(), xid(48))
+    for kind in ("pstate", "clock", "power-source", "mig-config"):
+        assert book == record_event(book, HealthEvent("GPU-a", kind, 5.0))
+        assert HealthBook() == record_event(HealthBook(), HealthEvent("GPU-a", kind, 5.0))
+    assert HealthBook() == record_event(book, HealthEvent("GPU-a", "gpu-reset", 6.0))
+
+
+def test_a_milder_cause_on_the_same_key_does_not_hide_a_worse_one() -> None:
+    book = record_event(HealthBook(), HealthEvent("GPU-a", "single-bit-ecc-storm", 1.0))
+    book = record_event(book, HealthEvent("GPU-a", "single-bit-ecc", 2.0))
+    assert [("ecc", "single-bit-storm", Severity.DEGRADED, Clears.REPAIR, 2.0)] == [
+        (c.key, c.value, c.severity, c.clears, c.seen) for c in book.of("GPU-a")
+    ]
+    book = record_event(book, HealthEvent("GPU-a", "double-bit-ecc", 3.0))
+    assert [("ecc", "double-bit", Severity.FATAL)] == [(c.key, c.value, c.severity) for c in book.of("GPU-a")]
+
+
+@pytest.mark.parametrize(
+    ("action", "severity"),
+    [
+        ("none", None),
+        ("gpu-reset", Severity.FATAL),
+        ("node-reboot", Severity.FATAL),
+        ("drain-p2p", Severity.DEGRADED),
+        ("drain-and-reset", Severity.FATAL),
+        ("recover-imex-domain", Severity.DEGRADED),
+        ("bus-reset", Severity.FATAL),
+        ("system-reboot", Severity.FATAL),
+        ("unknown", Severity.DEGRADED),
+    ],
+)
+def test_each_recovery_action_has_its_severity(action: str, severity: Severity | None) -> None:
+    conds = record_event(HealthBook(), HealthEvent("GPU-a", "gpu-recovery-action", 1.0, action=action)).of("GPU-a")
+    assert ([] if severity is None else [("recovery-action", action, severity)]) == [(c.key, c.value, c.severity) for c in conds]
+    checked = record_check(HealthBook(), "GPU-a", GpuCheck(recovery_action=action), 1.0).of("GPU-a")
+    assert [c.severity for c in conds] == [c.severity for c in checked]
+
+
+def test_a_recovery_action_lasts_while_nvml_asks_for_it_and_survives_a_check_that_cannot_read_it() -> None:
+    book = record_event(HealthBook(), HealthEvent("GPU-a", "gpu-recovery-action", 1.0, action="gpu-reset"))
+    book = record_event(book, HealthEvent("GPU-a", "gpu-reset", 2.0))  # events' reset: the action is NVML's to clear
+    book = record_check(book, "GPU-a", GpuCheck(recovery_action="gpu-reset"), 3.0)
+    assert [("gpu-reset", 1.0)] == [(c.value, c.since) for c in book.of("GPU-a")]
+    book = record_check(book, "GPU-a", GpuCheck(error="boom"), 4.0)  # not read: not seen gone
+    assert {"recovery-action", "unmonitored"} == {c.key for c in book.of("GPU-a")}
+    book = record_check(book, "GPU-a", GpuCheck(recovery_action="drain-p2p"), 5.0)
+    assert [("drain-p2p", Severity.DEGRADED)] == [(c.value, c.severity) for c in book.of("GPU-a")]
+    assert HealthBook() == record_check(book, "GPU-a", GpuCheck(recovery_action="none"), 6.0)
+
+
+def test_an_unknown_recovery_action_stays_until_repaired() -> None:
+    book = record_event(HealthBook(), HealthEvent("GPU-a", "gpu-recovery-action", 1.0, detail="unreadable", action="unknown"))
+    book = record_check(book, "GPU-a", GpuCheck(recovery_action="none"), 2.0)
+    assert [("unknown", Clears.REPAIR)] == [(c.value, c.clears) for c in book.of("GPU-a")]
+    assert "GPU recovery action: NVML asked for a recovery action" in book.of("GPU-a")[0].message
+    assert HealthBook() == repair(book, "GPU-a", 2.0)[0]
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        HealthEvent("GPU-a", "overheated", 1.0),
+        HealthEvent("GPU-a", "gpu-recovery-action", 1.0, action="panic"),
+        HealthEvent("GPU-a", "gpu-recovery-action", 1.0),
+        HealthEvent("GPU-a", "xid", 1.0),
+    ],
+    ids=["unknown-kind", "unknown-action", "no-action", "xid-without-number"],
+)
+def test_events_no_source_should_produce_are_refused(event: HealthEvent) -> None:
+    with pytest.raises(ValueError, match=event.gpu_uuid):
+        record_event(HealthBook(), event)
+
+
+def test_the_cause_tables_give_taint_keys_and_label_values_the_record_accepts() -> None:
+    conds = [
+        condition_for(HealthEvent("GPU-a", k, 1.0, 79)) for k in EVENT_CAUSES if k not in ("gpu-reset", "gpu-recovery-action")
+    ]
+    conds += [condition_for(HealthEvent("GPU-a", "gpu-recovery-action", 1.0, action=a)) for a in RECOVERY_ACTIONS]
+    raised = [c for c in conds if c is not None]
+    assert len({(c.key, c.value) for c in raised}) == len(raised) == 18
+    doc = to_json(HealthBook({f"GPU-{i}": (c,) for i, c in enumerate(raised)}), "boot-1")
+    assert len(raised) == len(from_json(json.loads(json.dumps(doc)))[0].conditions)  # every key and value passes the reader
 
 
 def test_the_record_round_trips_and_refuses_what_it_cannot_trust() -> None:
@@ -345,3 +430,46 @@ def test_both_plugins_of_a_rolling_update_apply_a_repair_and_once_each(tmp_path:
     b.step()
     b.step()  # the same request is not applied again to what came after it
     assert ["79"] == [c.value for c in b.book.of(GPU0)]
+
+
+def test_the_fake_gpus_fault_tool_injects_every_new_cause_and_a_recovery_action_until_recovered(tmp_path: Path) -> None:
+    from dra_driver.sources.fake_health import FakeHealthSource
+    from dra_driver.sources.fake_health import main as faults
+
+    uuid = FakeGpuSource("h100x8", "node-a").gpus()[2].uuid
+    base = ["--state-dir", str(tmp_path), "--fake-gpus", "h100x8", "--node-name", "node-a"]
+    kinds = [k for k in EVENT_CAUSES if k not in ("xid", "gpu-recovery-action", "gpu-reset", "gpu-lost")]
+    for kind in kinds:
+        assert 0 == faults([*base, "event", "--gpu", "2", "--kind", kind])
+    assert 0 == faults([*base, "recovery", "--gpu", "2", "--action", "drain-and-reset"])
+    source = FakeHealthSource(tmp_path, sleep=lambda s: None)
+    got = source.events(0.0)
+    assert [*kinds, "gpu-recovery-action"] == [e.kind for e in got] and "drain-and-reset" == got[-1].action
+    book = HealthBook()
+    for e in got:
+        book = record_event(book, e)
+    book = record_check(book, uuid, source.check([uuid])[uuid], 2.0)
+    assert {
+        ("ecc", "double-bit"),
+        ("dram-retirement", "failed"),
+        ("poison", "fatal"),
+        ("gpu-lost", "unavailable"),
+        ("recovery-action", "drain-and-reset"),
+    } == {(c.key, c.value) for c in book.of(uuid)}
+    assert 0 == faults([*base, "recover", "--gpu", "2"])
+    book = record_event(book, source.events(0.0)[0])
+    assert HealthBook() == record_check(book, uuid, source.check([uuid])[uuid], 3.0)
+
+
+def test_the_fault_tool_refuses_a_recovery_action_or_kind_it_does_not_know(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dra_driver.sources.fake_health import main as faults
+
+    base = ["--state-dir", str(tmp_path), "--fake-gpus", "h100x8", "--node-name", "node-a"]
+    for args in (["recovery", "--gpu", "0", "--action", "panic"], ["event", "--gpu", "0", "--kind", "overheated"]):
+        with pytest.raises(SystemExit) as exit_info:
+            faults([*base, *args])
+        assert 2 == exit_info.value.code
+    assert "invalid choice: 'panic'" in capsys.readouterr().err
+    assert not (tmp_path / "gpu-faults.json").exists()

@@ -17,11 +17,15 @@ import pynvml
 import pytest
 import structlog
 
-from dra_driver.core.health import GpuCheck, HealthEvent, HealthSource
+from dra_driver.core.health import GpuCheck, HealthBook, HealthEvent, HealthSource, TaintPolicy, record_event, taints_for
 from dra_driver.sources.nvml_health import MAX_EVENTS_PER_CALL, NvmlHealthSource
 
 XID = pynvml.nvmlEventTypeXidCriticalError
 DBE = pynvml.nvmlEventTypeDoubleBitEccError
+SBE = pynvml.nvmlEventTypeSingleBitEccError
+PSTATE = pynvml.nvmlEventTypePState
+RECOVERY = pynvml.nvmlEventTypeGpuRecoveryAction
+FIELD_RECOVERY = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 NA = 0xFFFFFFFF
 A, B, C = "GPU-aaaa", "GPU-bbbb", "GPU-cccc"
 WALL = 1_700_000_000.0
@@ -37,14 +41,16 @@ class FakeNvml:
     NVML_ERROR_NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
     NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
-    nvmlEventTypeXidCriticalError = XID  # noqa: N815 - pynvml's names
-    nvmlEventTypeDoubleBitEccError = DBE  # noqa: N815 - pynvml's names
 
     def __init__(self, uuids: tuple[str, ...] = (A, B)) -> None:
         self.handles = {u: SimpleNamespace(uuid=u) for u in (*uuids, C)}
         self.present = set(uuids)
-        self.supported: dict[str, int] = {u: XID | DBE | pynvml.nvmlEventTypePState for u in self.handles}
-        self.register_error: dict[str, int] = {}
+        self.supported: dict[str, int] = {u: XID | DBE | PSTATE for u in self.handles}
+        self.register_error: dict[str, int] = {}  # every type of the GPU fails with this code
+        self.type_error: dict[tuple[str, int], int] = {}  # (GPU, event type) fails with this code
+        self.register_calls: list[tuple[str, int]] = []
+        self.recovery: dict[str, int] = {}  # the recovery action field's value (missing: not supported)
+        self.field_error: dict[str, int] = {}  # the whole nvmlDeviceGetFieldValues call fails
         self.lookup_error: dict[str, int] = {}
         self.retired: dict[str, int] = {}  # value, or an NVML error code when >= 2
         self.rows: dict[str, tuple[int, int, int, int] | int] = {}
@@ -62,6 +68,8 @@ class FakeNvml:
             or "Clear" in name
         ):
             raise AssertionError(f"the health source must not call {name}")
+        if name.startswith(("NVML_", "nvmlEvent")) and not callable(getattr(pynvml, name, None)):
+            return getattr(pynvml, name)  # the real constants (event type bits, recovery actions, fields)
         raise AttributeError(name)
 
     @staticmethod
@@ -99,9 +107,21 @@ class FakeNvml:
 
     def nvmlDeviceRegisterEvents(self, handle: Any, types: int, event_set: object) -> None:
         assert event_set is self.event_set
+        self.register_calls.append((handle.uuid, types))
         if handle.uuid in self.register_error:
             self.fail(self.register_error[handle.uuid])
-        self.registered[handle.uuid] = types
+        if (handle.uuid, types) in self.type_error:
+            self.fail(self.type_error[(handle.uuid, types)])
+        self.registered[handle.uuid] = self.registered.get(handle.uuid, 0) | types
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> list[Any]:
+        assert [FIELD_RECOVERY] == field_ids
+        if handle.uuid in self.field_error:
+            self.fail(self.field_error[handle.uuid])
+        if handle.uuid not in self.recovery:
+            return [SimpleNamespace(fieldId=FIELD_RECOVERY, nvmlReturn=pynvml.NVML_ERROR_NOT_SUPPORTED, valueType=0, value=None)]
+        value = SimpleNamespace(uiVal=self.recovery[handle.uuid])
+        return [SimpleNamespace(fieldId=FIELD_RECOVERY, nvmlReturn=0, valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, value=value)]
 
     def nvmlEventSetWait_v2(self, event_set: object, ms: int) -> Any:
         assert event_set is self.event_set
@@ -171,22 +191,63 @@ def test_it_is_a_health_source_named_nvml_without_a_replayable_log(source: NvmlH
     assert 0 == source.position()
 
 
-def test_start_inits_nvml_and_registers_only_xid_and_double_bit_ecc_on_one_event_set(
+def test_start_inits_nvml_and_registers_every_supported_type_one_per_call_on_one_event_set(
     nvml: FakeNvml, source: NvmlHealthSource
 ) -> None:
     assert ["init", "set-create"] == nvml.calls
-    assert {A: XID | DBE, B: XID | DBE} == nvml.registered  # PState is supported but not asked for
+    assert {A: XID | DBE | PSTATE, B: XID | DBE | PSTATE} == nvml.registered
+    assert all(bin(types).count("1") == 1 for _, types in nvml.register_calls)  # one type at a time
+    assert 6 == len(nvml.register_calls)
     assert {} == source.unmonitored()
-    assert [(A, XID | DBE | pynvml.nvmlEventTypePState, XID | DBE, "")] == [
-        (r.gpu_uuid, r.supported, r.registered, r.error) for r in source.registrations if r.gpu_uuid == A
+    assert [(A, XID | DBE | PSTATE, XID | DBE | PSTATE, "", ())] == [
+        (r.gpu_uuid, r.supported, r.registered, r.error, r.refused) for r in source.registrations if r.gpu_uuid == A
     ]
 
 
-def test_only_the_event_types_a_gpu_supports_are_registered(nvml: FakeNvml, clock: FakeTime) -> None:
-    nvml.supported[B] = XID
-    src = make(nvml, clock)
-    assert (XID | DBE, XID) == (nvml.registered[A], nvml.registered[B])
+def test_only_the_event_types_a_gpu_supports_are_registered_and_logged_as_watched(nvml: FakeNvml, clock: FakeTime) -> None:
+    nvml.supported[B] = XID | SBE | RECOVERY
+    with structlog.testing.capture_logs() as logs:
+        src = make(nvml, clock)
+    assert (XID | DBE | PSTATE, XID | SBE | RECOVERY) == (nvml.registered[A], nvml.registered[B])
     assert {} == src.unmonitored()
+    watched = {e["gpu"]: e for e in logs if e["event"] == "nvml_health_events_watched"}
+    assert ["xid", "single-bit-ecc", "gpu-recovery-action"] == watched[B]["watched"]
+    assert "double-bit-ecc" in watched[B]["unsupported"] and "pstate" in watched[B]["unsupported"]
+    assert ["xid", "double-bit-ecc", "pstate"] == src.kinds(nvml.registered[A])
+
+
+def test_a_type_nvml_refuses_loses_only_itself(nvml: FakeNvml, clock: FakeTime) -> None:
+    nvml.supported[A] = XID | DBE | SBE | RECOVERY
+    nvml.type_error[(A, DBE)] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    with structlog.testing.capture_logs() as logs:
+        src = make(nvml, clock)
+    assert XID | SBE | RECOVERY == nvml.registered[A]
+    (reg,) = [r for r in src.registrations if r.gpu_uuid == A]
+    assert (("double-bit-ecc", "Not Supported"),) == reg.refused
+    assert "" == reg.error and A not in src.unmonitored()
+    assert [{"double-bit-ecc": "Not Supported"}] == [
+        e["refused"] for e in logs if e["event"] == "nvml_health_events_watched" and e["gpu"] == A
+    ]
+    nvml.queue = [nvml.event(A, XID, 79), nvml.event(A, SBE)]
+    assert ["xid", "single-bit-ecc"] == [e.kind for e in src.events(1.0)]
+
+
+def test_a_pynvml_without_the_newer_type_names_registers_the_ones_it_has(clock: FakeTime) -> None:
+    class OldBinding(FakeNvml):
+        def __getattr__(self, name: str) -> Any:
+            if name in (
+                "nvmlEventTypeGpuRecoveryAction",
+                "nvmlEventTypeGpuUnavailableError",
+                "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
+            ):
+                raise AttributeError(name)
+            return super().__getattr__(name)
+
+    old = OldBinding()
+    old.supported[A] = XID | RECOVERY
+    src = make(old, clock)
+    assert XID == old.registered[A]
+    assert GpuCheck() == src.check([A])[A]  # no recovery field to read: not read, not an error
 
 
 def test_xid_event_becomes_a_health_event_naming_the_mig_instance(nvml: FakeNvml, source: NvmlHealthSource) -> None:
@@ -206,6 +267,108 @@ def test_xid_event_of_a_gpu_instance_without_compute_instance_names_only_the_gpu
 def test_double_bit_ecc_event_becomes_double_bit_ecc_without_xid(nvml: FakeNvml, source: NvmlHealthSource) -> None:
     nvml.queue = [nvml.event(A, DBE)]
     assert [HealthEvent(A, "double-bit-ecc", WALL)] == source.events(1.0)
+
+
+ALL_TYPES = sum(
+    int(getattr(pynvml, n))
+    for n in dir(pynvml)
+    if (n.startswith("nvmlEventType") or n == "nvmlEventMigConfigChange") and n not in ("nvmlEventTypeAll", "nvmlEventTypeNone")
+)
+EVERY_TYPE = [
+    # (NVML event type, kind, taint with eviction on: (key, value, effect), or None: recorded, nothing tainted)
+    ("nvmlEventTypeXidCriticalError", "xid", ("xid", "79", "NoExecute")),
+    ("nvmlEventTypeDoubleBitEccError", "double-bit-ecc", ("ecc", "double-bit", "NoExecute")),
+    ("nvmlEventTypeSingleBitEccErrorStorm", "single-bit-ecc-storm", ("ecc", "single-bit-storm", "NoSchedule")),
+    ("nvmlEventTypeSingleBitEccError", "single-bit-ecc", ("ecc", "single-bit", "None")),
+    ("nvmlEventTypeDramRetirementFailure", "dram-retirement-failure", ("dram-retirement", "failed", "NoSchedule")),
+    ("nvmlEventTypeDramRetirementEvent", "dram-retirement", ("dram-retirement", "retired", "None")),
+    ("nvmlEventTypeFatalPoisonError", "fatal-poison", ("poison", "fatal", "NoExecute")),
+    ("nvmlEventTypeNonFatalPoisonError", "non-fatal-poison", ("poison", "non-fatal", "None")),
+    ("nvmlEventTypeGpuUnavailableError", "gpu-unavailable", ("gpu-lost", "unavailable", "NoExecute")),
+    ("nvmlEventTypeGpuRecoveryAction", "gpu-recovery-action", ("recovery-action", "gpu-reset", "NoExecute")),
+    ("nvmlEventTypePState", "pstate", None),
+    ("nvmlEventTypeClock", "clock", None),
+    ("nvmlEventTypePowerSourceChange", "power-source", None),
+    ("nvmlEventMigConfigChange", "mig-config", None),
+]
+
+
+def test_every_event_type_nvml_offers_is_in_the_table() -> None:
+    assert ALL_TYPES == sum(int(getattr(pynvml, name)) for name, _, _ in EVERY_TYPE)
+
+
+@pytest.mark.parametrize(("type_name", "kind", "taint"), EVERY_TYPE, ids=[k for _, k, _ in EVERY_TYPE])
+def test_each_event_type_becomes_its_kind_and_its_taint(
+    nvml: FakeNvml, clock: FakeTime, type_name: str, kind: str, taint: tuple[str, str, str] | None
+) -> None:
+    bit = int(getattr(pynvml, type_name))
+    nvml.supported[A] = ALL_TYPES
+    nvml.recovery[A] = pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET
+    src = make(nvml, clock)
+    assert ALL_TYPES == nvml.registered[A]
+    nvml.queue = [nvml.event(A, bit, 79 if kind == "xid" else 0)]
+    (event,) = src.events(1.0)
+    assert (A, kind) == (event.gpu_uuid, event.kind)
+    taints = taints_for(record_event(HealthBook(), event).of(A), "d", TaintPolicy(evict_fatal=True))
+    assert ([] if taint is None else [{"key": f"d/{taint[0]}", "value": taint[1], "effect": taint[2]}]) == taints
+    assert {A: {kind: 1}} == src.event_counts()
+
+
+@pytest.mark.parametrize(
+    ("code", "action"),
+    [
+        (pynvml.NVML_GPU_RECOVERY_ACTION_NONE, "none"),
+        (pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET, "gpu-reset"),
+        (pynvml.NVML_GPU_RECOVERY_ACTION_NODE_REBOOT, "node-reboot"),
+        (pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_P2P, "drain-p2p"),
+        (pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET, "drain-and-reset"),
+        (pynvml.NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN, "recover-imex-domain"),
+        (pynvml.NVML_GPU_RECOVERY_ACTION_BUS_RESET, "bus-reset"),
+        (pynvml.NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT, "system-reboot"),
+        (99, "unknown"),
+    ],
+)
+def test_recovery_action_is_read_from_nvmls_field_on_the_event_and_in_checks(
+    nvml: FakeNvml, clock: FakeTime, code: int, action: str
+) -> None:
+    nvml.supported[A] = XID | RECOVERY
+    nvml.recovery[A] = code
+    src = make(nvml, clock)
+    nvml.queue = [nvml.event(A, RECOVERY, 12345)]  # eventData is not the action: NVML documents it for XIDs only
+    assert [
+        HealthEvent(A, "gpu-recovery-action", WALL, detail="NVML recovery action 99" if code == 99 else "", action=action)
+    ] == (src.events(1.0))
+    assert GpuCheck(recovery_action=action) == src.check([A])[A]
+
+
+def test_recovery_action_unreadable_on_the_event_is_unknown_and_in_checks_is_an_error_or_nothing(
+    nvml: FakeNvml, clock: FakeTime, source: NvmlHealthSource
+) -> None:
+    nvml.field_error[A] = pynvml.NVML_ERROR_UNKNOWN
+    nvml.queue = [nvml.event(A, RECOVERY)]
+    (event,) = source.events(1.0)
+    assert ("unknown", "recovery action unreadable: Unknown Error") == (event.action, event.detail)
+    assert GpuCheck(error="recovery action: Unknown Error") == source.check([A])[A]
+    nvml.field_error[A] = pynvml.NVML_ERROR_GPU_IS_LOST
+    assert GpuCheck(lost=True) == source.check([A])[A]
+    del nvml.field_error[A]  # the field NOT_SUPPORTED (older GPUs and drivers): no finding
+    assert GpuCheck() == source.check([A])[A]
+
+
+def test_routine_events_are_returned_and_counted_but_raise_nothing(nvml: FakeNvml, source: NvmlHealthSource) -> None:
+    nvml.queue = [nvml.event(A, PSTATE), nvml.event(A, PSTATE), nvml.event(B, XID, 13)]
+    got = source.events(1.0)
+    assert ["pstate", "pstate", "xid"] == [e.kind for e in got]
+    book = HealthBook()
+    for e in got[:2]:
+        book = record_event(book, e)
+    assert HealthBook() == book
+    assert {A: {"pstate": 2}, B: {"xid": 1}} == source.event_counts()
+
+
+def test_mig_instance_ids_are_read_for_xid_events_only(nvml: FakeNvml, source: NvmlHealthSource) -> None:
+    nvml.queue = [nvml.event(A, DBE, gi=0, ci=0)]  # undocumented for other types: not taken for an instance
+    assert "" == source.events(1.0)[0].detail
 
 
 def test_wait_timeout_returns_no_events_without_sleeping(nvml: FakeNvml, clock: FakeTime, source: NvmlHealthSource) -> None:
@@ -252,11 +415,20 @@ def test_gpu_whose_event_registration_is_not_supported_is_unmonitored_in_check(n
     assert GpuCheck(error="events not supported: Not Supported") == got[B]
 
 
-def test_gpu_supporting_neither_event_type_is_unmonitored_and_nothing_is_registered(nvml: FakeNvml, clock: FakeTime) -> None:
-    nvml.supported[A] = pynvml.nvmlEventTypePState
+def test_gpu_with_only_routine_event_types_is_unmonitored(nvml: FakeNvml, clock: FakeTime) -> None:
+    nvml.supported[A] = PSTATE | pynvml.nvmlEventTypeClock
+    src = make(nvml, clock)
+    assert PSTATE | pynvml.nvmlEventTypeClock == nvml.registered[A]
+    assert "events not supported: no health event type registered, only pstate, clock" == src.check([A])[A].error
+
+
+def test_gpu_supporting_no_type_this_driver_watches_is_unmonitored_and_nothing_is_registered(
+    nvml: FakeNvml, clock: FakeTime
+) -> None:
+    nvml.supported[A] = 0x20  # a bit no NVML event type has
     src = make(nvml, clock)
     assert A not in nvml.registered
-    assert src.check([A])[A].error.startswith("events not supported: neither XID nor double-bit ECC")
+    assert src.check([A])[A].error == "events not supported: no event type this driver watches is supported (supported mask 0x20)"
 
 
 def test_event_set_that_cannot_be_created_leaves_every_gpu_unmonitored_and_events_only_wait(
