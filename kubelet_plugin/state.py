@@ -45,6 +45,7 @@ import structlog
 from dra_driver.core.checkpoint import Checkpoint, CheckpointTooNew, ClaimEntry, ClaimState
 from dra_driver.core.claims import ClaimAllocation, ClaimError, parse_claim
 from dra_driver.core.config import ConfigError, resolve_configs
+from dra_driver.core.driver_files import DriverFiles
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigError, MigStrategy
 from dra_driver.core.mig_publish import DeviceTarget, Publication, full_gpu_states, publish_node
@@ -100,6 +101,8 @@ class DeviceState:
         device_nodes: bool,
         device_node_host: str = "",
         toolkit_devices: frozenset[str] = frozenset(),
+        driver_files: DriverFiles | None = None,
+        driver_missing: str = "",
         notify: Callable[[Notice], None] | None = None,  # None for tests: notices are only logged
         lock_timeout_s: float = 10.0,
     ) -> None:
@@ -118,6 +121,8 @@ class DeviceState:
         self._device_nodes = device_nodes
         self._device_node_host = device_node_host
         self._toolkit = toolkit_devices
+        self._driver_files = driver_files  # the driver's user space, mounted where the toolkit's spec is not used
+        self._driver_missing = driver_missing  # why a device the toolkit does not list is refused ("": not refused)
         self._lock = NodeLock(lock_path)
         self._lock_timeout = lock_timeout_s
         self._lookups = ClaimLookups(claims)
@@ -384,6 +389,8 @@ class DeviceState:
             device_nodes=self._device_nodes,
             device_node_host=self._device_node_host,
             toolkit_devices=self._toolkit,
+            driver_files=self._driver_files,
+            driver_missing=self._driver_missing,
             prepared=cp.claims,
             node_targets=self.targets,
             mps_root=str(self._mps_root),

@@ -8,6 +8,7 @@ CDI cache can never confuse two claims; device names include the claim UID too.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,9 @@ TOOLKIT_CDI_KIND = "nvidia.com/gpu"
 # CDI code path is the real one (it stats the host node and allows it in the device cgroup)
 # and a container can see its "GPU" in /dev.
 FAKE_DEVICE_NODE_HOST = "/dev/null"
+# The driver's user space (``dra_driver.core.driver_files``) is bind-mounted read-only: no write,
+# no set-user-id, no device files through it, whatever the host's file says.
+READ_ONLY_BIND = ("ro", "nosuid", "nodev", "bind")
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 _ENV_UNSAFE = re.compile(r"[^A-Z0-9]")
@@ -86,8 +90,13 @@ class DeviceEdits:
     device_node_host: str = ""
 
 
-def claim_spec(driver: str, claim_uid: str, devices: list[DeviceEdits]) -> dict[str, Any]:
-    """The CDI spec (as JSON data) for one claim's devices."""
+def claim_spec(driver: str, claim_uid: str, devices: list[DeviceEdits], read_only_mounts: Sequence[Mount] = ()) -> dict[str, Any]:
+    """The CDI spec (as JSON data) for one claim's devices.
+
+    ``read_only_mounts`` (the driver's user space) go in the spec's own ``containerEdits``, which a
+    runtime applies once to every container that gets any device of the spec; a runtime replaces a
+    mount at the same container path, so two claims' specs in one container still make one set.
+    """
     spec_devices: list[dict[str, Any]] = []
     for d in devices:
         edits: dict[str, Any] = {"env": [f"{k}={v}" for k, v in sorted(d.env.items())]}
@@ -99,7 +108,15 @@ def claim_spec(driver: str, claim_uid: str, devices: list[DeviceEdits]) -> dict[
                 {"hostPath": m.host_path, "containerPath": m.container_path, "options": ["rbind", "rw"]} for m in d.mounts
             ]
         spec_devices.append({"name": cdi_device_name(claim_uid, d.device, d.share_id), "containerEdits": edits})
-    return {"cdiVersion": CDI_VERSION, "kind": cdi_kind(driver), "devices": spec_devices}
+    spec: dict[str, Any] = {"cdiVersion": CDI_VERSION, "kind": cdi_kind(driver), "devices": spec_devices}
+    if read_only_mounts:
+        spec["containerEdits"] = {
+            "mounts": [
+                {"hostPath": m.host_path, "containerPath": m.container_path, "options": list(READ_ONLY_BIND)}
+                for m in read_only_mounts
+            ]
+        }
+    return spec
 
 
 def validate_spec(spec: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from dra_driver.core.config import (
     parse_byte_quantity,
     resolve_configs,
 )
+from dra_driver.core.driver_files import DriverFiles
 from dra_driver.core.mig_publish import DeviceTarget
 from dra_driver.core.schema import CAPACITY_MEMORY
 from dra_driver.core.sharing import (
@@ -194,6 +195,8 @@ def plan_claim(
     device_nodes: bool,
     device_node_host: str = "",
     toolkit_devices: frozenset[str] = frozenset(),
+    driver_files: DriverFiles | None = None,
+    driver_missing: str = "",
     prepared: Mapping[str, ClaimEntry] | None = None,
     node_targets: Mapping[str, DeviceTarget] | None = None,
     mps_root: str = "/var/lib/kubelet/plugins/gpu.dra-gpu.dev/mps",
@@ -205,7 +208,11 @@ def plan_claim(
     ``device_nodes`` adds ``/dev/nvidia*`` nodes; ``device_node_host`` backs each of them with
     that host device instead of the node of the same path (fake GPUs). ``toolkit_devices`` holds device
     names of the host's NVIDIA Container Toolkit CDI spec; a device whose UUID is listed also
-    gets ``nvidia.com/gpu=<uuid>`` so the runtime mounts the driver libraries. ``prepared``
+    gets ``nvidia.com/gpu=<uuid>`` so the runtime mounts the driver libraries; when any device of
+    the claim is not listed, the spec mounts ``driver_files`` (the driver's user space, read-only,
+    once for the claim), or, when there are none and ``driver_missing`` says why, the claim is
+    refused with that message (before any side effect: ``_carry_out`` plans the same claim again
+    only after this plan passed). ``prepared``
     (other claims' checkpoint entries) lets the plan refuse a device another claim holds
     exclusively, or one that overlaps it (a full GPU and its MIG slices, two placements on the
     same memory slices): the driver is the last line of defence. ``node_targets`` (every
@@ -227,6 +234,7 @@ def plan_claim(
     time_slices: dict[str, TimeSlice] = {}
     edits: list[DeviceEdits] = []
     out: list[PreparedDevice] = []
+    needs_driver = False
     pools = {(r.device, r.share_id): r.pool for r in claim.results}
     shared = {(r.device, r.share_id) for r in claim.results if r.share_id or r.admin_access}
     admin = {(r.device, r.share_id) for r in claim.results if r.admin_access}
@@ -261,14 +269,18 @@ def plan_claim(
         nodes = (f"/dev/nvidia{dev.target.gpu.minor}", *dev.caps_nodes, *CONTROL_DEVICE_NODES) if device_nodes else ()
         edits.append(DeviceEdits(device, share_id, env, nodes, mounts, device_node_host))
         ids = [cdi_device_id(driver, claim.uid, device, share_id)]
-        if dev.uuid in toolkit_devices:
+        if _toolkit_lists(dev, toolkit_devices):
             ids.append(f"{TOOLKIT_CDI_KIND}={dev.uuid}")
+        else:
+            needs_driver = True
         out.append(
             PreparedDevice(
                 tuple(requests), pools[(device, share_id)], device, tuple(ids), share_id, (device, share_id) in admin, dev.mig
             )
         )
-    spec = claim_spec(driver, claim.uid, edits)
+    if needs_driver and driver_files is None and driver_missing:
+        raise ClaimError(driver_missing)
+    spec = claim_spec(driver, claim.uid, edits, driver_files.mounts if needs_driver and driver_files is not None else ())
     validate_spec(spec)
     return ClaimPlan(
         devices=tuple(out),
@@ -277,6 +289,18 @@ def plan_claim(
         time_slices=tuple(time_slices.values()),
         mps_daemons=tuple(daemons.values()),
     )
+
+
+def _toolkit_lists(dev: ResolvedDevice, toolkit_devices: frozenset[str]) -> bool:
+    """True when the toolkit's CDI spec lists the device the container gets.
+
+    A dynamic MIG slice is known by its UUID only once carved (before, ``dev.uuid`` is its GPU's):
+    until then it counts as not listed, so the check made before carving never passes a claim that
+    the plan after carving would refuse.
+    """
+    if carves(dev.target) and (dev.mig is None or not dev.mig.mig_uuid):
+        return False
+    return dev.uuid in toolkit_devices
 
 
 def overlaps(a: DeviceTarget, b: DeviceTarget) -> bool:
