@@ -19,7 +19,6 @@ import structlog
 
 from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.flags import (
-    DEFAULT_METRICS_ADDRESS,
     add_common_flags,
     add_metrics_flags,
     check_common_flags,
@@ -28,6 +27,8 @@ from dra_driver.appkit.flags import (
 from dra_driver.appkit.inventory import node_publication
 from dra_driver.core.mig import MigStrategy
 from dra_driver.mig_backends.select import make_mig_backend
+from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
+from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig
 from dra_driver.sources.select import make_source
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ class ControllerSettings:
     metrics_port: int = -1
     """Prometheus /metrics port (plain HTTP), 0 = any, -1 = off (the flag's default: 9421)."""
     metrics_address: str = DEFAULT_METRICS_ADDRESS
+    metrics_auth: ScrapeAuthConfig = NO_SCRAPE_AUTH
+    """Who may scrape /metrics (``dra_driver.obs.scrape_auth``)."""
 
 
 def parse(argv: list[str] | None = None) -> ControllerSettings:
@@ -60,7 +63,7 @@ def parse(argv: list[str] | None = None) -> ControllerSettings:
     add_metrics_flags(p, "controller")
     a = p.parse_args(argv)
     driver = check_common_flags(p, a)
-    check_metrics_flags(p, a)
+    metrics_auth = check_metrics_flags(p, a)
     return ControllerSettings(
         node_name=a.node_name,
         driver_name=driver,
@@ -72,6 +75,7 @@ def parse(argv: list[str] | None = None) -> ControllerSettings:
         fake_gpu_state_dir=Path(a.fake_gpu_state_dir) if a.fake_gpu_state_dir else None,
         metrics_port=a.metrics_port,
         metrics_address=a.metrics_address,
+        metrics_auth=metrics_auth,
     )
 
 

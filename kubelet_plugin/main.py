@@ -197,7 +197,9 @@ def _monitoring_collectors(
         def usage_rows(registry: CollectorRegistry) -> object:
             from dra_driver.obs.usage_metrics import register_usage_collector
 
-            return register_usage_collector(registry, usage.snapshot, settings.node_name)
+            return register_usage_collector(
+                registry, usage.snapshot, settings.node_name, tenant_labels=settings.metrics_tenant_labels
+            )
 
         out.append(usage_rows)
     return out

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver.appkit.flags import (
-    DEFAULT_METRICS_ADDRESS,
     add_common_flags,
     add_metrics_flags,
     check_common_flags,
@@ -20,6 +19,8 @@ from dra_driver.appkit.flags import (
     env,
 )
 from dra_driver.core.mig import MigStrategy
+from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
+from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,10 @@ class Settings:
     metrics_port: int = -1
     """Prometheus /metrics port (``dra_driver.obs.metrics``), 0 = any, -1 = off (the flag's default: 9420)."""
     metrics_address: str = DEFAULT_METRICS_ADDRESS
+    metrics_auth: ScrapeAuthConfig = NO_SCRAPE_AUTH
+    """Who may scrape /metrics (``dra_driver.obs.scrape_auth``): nothing configured, anyone who reaches it."""
+    metrics_tenant_labels: bool = False
+    """The per-claim usage series name the claim's namespace, name and pods (else its UID only)."""
     health: str = "auto"
     """GPU health monitoring: ``auto`` (NVML, or the fault file with fake GPUs) or ``off``."""
     health_evict: bool = False
@@ -120,9 +125,16 @@ def parse(argv: list[str] | None = None) -> Settings:
     )
     _add_health_flags(p)
     add_metrics_flags(p, "plugin")
+    p.add_argument(
+        "--metrics-tenant-labels",
+        default=env("METRICS_TENANT_LABELS", "false"),
+        choices=["true", "false"],
+        help="label the per-claim usage series with the claim's namespace, name and pods (default false: the claim's "
+        "UID only) [METRICS_TENANT_LABELS]",
+    )
     a = p.parse_args(argv)
     driver = check_common_flags(p, a)
-    check_metrics_flags(p, a)
+    metrics_auth = check_metrics_flags(p, a)
     if a.usage_interval < 0:
         p.error(f"--usage-interval: {a.usage_interval} is negative")
     if not all(math.isfinite(v) and v > 0 for v in (a.health_check_interval, a.health_hold)):
@@ -157,6 +169,8 @@ def parse(argv: list[str] | None = None) -> Settings:
         device_status=a.device_status == "true",
         metrics_port=a.metrics_port,
         metrics_address=a.metrics_address,
+        metrics_auth=metrics_auth,
+        metrics_tenant_labels=a.metrics_tenant_labels == "true",
         health=a.health,
         health_evict=a.health_evict == "true",
         health_check_interval_s=a.health_check_interval,

@@ -19,9 +19,11 @@ from pathlib import Path
 import structlog
 
 from dra_driver.appkit.daemon import run_daemon
-from dra_driver.appkit.flags import DEFAULT_METRICS_ADDRESS, add_metrics_flags, check_metrics_flags, env
+from dra_driver.appkit.flags import add_metrics_flags, check_metrics_flags, env
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
 from dra_driver.obs.metrics import MetricsServer, WebhookMetrics, new_registry, serve_or_log
+from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
+from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig
 from webhook.admission import VALIDATE_PATH
 from webhook.server import TlsFiles, WebhookServer
 
@@ -43,6 +45,8 @@ class WebhookSettings:
     metrics_port: int = -1
     """Prometheus /metrics port (plain HTTP), 0 = any, -1 = off (the flag's default: 9422)."""
     metrics_address: str = DEFAULT_METRICS_ADDRESS
+    metrics_auth: ScrapeAuthConfig = NO_SCRAPE_AUTH
+    """Who may scrape /metrics (``dra_driver.obs.scrape_auth``)."""
 
 
 def parse(argv: list[str] | None = None) -> WebhookSettings:
@@ -69,7 +73,7 @@ def parse(argv: list[str] | None = None) -> WebhookSettings:
     p.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning, error [LOG_LEVEL]")
     add_metrics_flags(p, "webhook")
     a = p.parse_args(argv)
-    check_metrics_flags(p, a)
+    metrics_auth = check_metrics_flags(p, a)
     if not a.tls_cert_file or not a.tls_private_key_file:
         p.error("--tls-cert-file and --tls-private-key-file (or TLS_CERT_FILE and TLS_PRIVATE_KEY_FILE) are required")
     try:
@@ -93,6 +97,7 @@ def parse(argv: list[str] | None = None) -> WebhookSettings:
         log_level=a.log_level,
         metrics_port=a.metrics_port,
         metrics_address=a.metrics_address,
+        metrics_auth=metrics_auth,
     )
 
 

@@ -1,7 +1,7 @@
 """The flags both daemons take (node, driver, fake GPUs, kubeconfig, log level), each an env var too.
 
 Called by ``kubelet_plugin.settings`` and ``controller.main`` so the two never drift apart; the
-metrics flags (``add_metrics_flags``) by those two and ``webhook.main``.
+metrics flags (``add_metrics_flags``: port, address, and who may scrape) by those two and ``webhook.main``.
 """
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from pathlib import Path
 
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
 from dra_driver.core.mig import MigStrategy
+from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
+from dra_driver.obs.scrape_auth import ScrapeAuthConfig
 from dra_driver.sources.fake import PROFILES
 
 
@@ -76,27 +79,64 @@ def check_common_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> str
 
 METRICS_PORTS = {"plugin": 9420, "controller": 9421, "webhook": 9422}
 """Each daemon's default metrics port: distinct, so daemons that share a host network never clash."""
-DEFAULT_METRICS_ADDRESS = "::"
-"""Every address, IPv4 too (``dra_driver.obs.metrics.serve_metrics`` falls back to 0.0.0.0 without IPv6)."""
 
 
 def add_metrics_flags(p: argparse.ArgumentParser, daemon: str) -> None:
-    """``--metrics-port`` [METRICS_PORT] (default ``METRICS_PORTS[daemon]``) and ``--metrics-address`` [METRICS_ADDRESS]."""
+    """The /metrics server's flags, each with its env var.
+
+    ``--metrics-port`` [METRICS_PORT] (default ``METRICS_PORTS[daemon]``), ``--metrics-address``
+    [METRICS_ADDRESS] (default loopback, ``dra_driver.obs.ports``), and who may scrape
+    (``dra_driver.obs.scrape_auth``): ``--metrics-token-file``, ``--metrics-tls-cert-file``,
+    ``--metrics-tls-key-file``, ``--metrics-client-ca-file``.
+    """
     p.add_argument(
         "--metrics-port",
         type=int,
         default=env("METRICS_PORT", str(METRICS_PORTS[daemon])),  # a string default goes through type=int too
-        help=f"port of the Prometheus /metrics server (plain HTTP), 0 = any free port, -1 = off "
+        help=f"port of the Prometheus /metrics server, 0 = any free port, -1 = off "
         f"(default {METRICS_PORTS[daemon]}) [METRICS_PORT]",
     )
     p.add_argument(
         "--metrics-address",
         default=env("METRICS_ADDRESS", DEFAULT_METRICS_ADDRESS),
-        help=f"address of the /metrics server; '{DEFAULT_METRICS_ADDRESS}' is every address (default) [METRICS_ADDRESS]",
+        help=f"address of the /metrics server (default {DEFAULT_METRICS_ADDRESS}, this host only; the chart passes the "
+        "pod's IP); '::' is every address [METRICS_ADDRESS]",
+    )
+    p.add_argument(
+        "--metrics-token-file",
+        default=env("METRICS_TOKEN_FILE"),
+        help="scrapes must send 'Authorization: Bearer <the token in this file>' (else 401); re-read when it changes "
+        "[METRICS_TOKEN_FILE]",
+    )
+    p.add_argument(
+        "--metrics-tls-cert-file",
+        default=env("METRICS_TLS_CERT_FILE"),
+        help="serve /metrics over HTTPS with this PEM certificate (chain); needs --metrics-tls-key-file [METRICS_TLS_CERT_FILE]",
+    )
+    p.add_argument(
+        "--metrics-tls-key-file", default=env("METRICS_TLS_KEY_FILE"), help="the certificate's PEM key [METRICS_TLS_KEY_FILE]"
+    )
+    p.add_argument(
+        "--metrics-client-ca-file",
+        default=env("METRICS_CLIENT_CA_FILE"),
+        help="with TLS: scrapers must present a client certificate this PEM CA bundle signed [METRICS_CLIENT_CA_FILE]",
     )
 
 
-def check_metrics_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    """``p.error`` (exit 2) for a metrics port outside -1..65535."""
+def check_metrics_flags(p: argparse.ArgumentParser, a: argparse.Namespace) -> ScrapeAuthConfig:
+    """``p.error`` (exit 2) for a metrics port outside -1..65535 or auth flags that do not go together; the auth config."""
     if not -1 <= a.metrics_port <= 65535:
         p.error(f"--metrics-port: {a.metrics_port} is not a port number (0-65535, or -1 for off)")
+
+    def path(value: str | None) -> Path | None:
+        return Path(value) if value else None
+
+    auth = ScrapeAuthConfig(
+        token_file=path(a.metrics_token_file),
+        tls_cert_file=path(a.metrics_tls_cert_file),
+        tls_key_file=path(a.metrics_tls_key_file),
+        client_ca_file=path(a.metrics_client_ca_file),
+    )
+    if problem := auth.problem():
+        p.error(problem)
+    return auth

@@ -1,4 +1,11 @@
-"""Whether the metrics port can be listened on, asked before the plugin's DRA sockets exist.
+"""Where the daemons' /metrics servers listen: the address rules, and whether the port can be listened on.
+
+The one place for the metrics address rules: the flags' names (``METRICS_FLAGS``), the default
+address (``DEFAULT_METRICS_ADDRESS``: loopback, never every address: the chart passes the pod's
+own IP, see ``deploy/helm/dra-gpu``), what counts as every address (``is_every_address``), ``[::]``
+written with brackets, and the IPv4 fallback when ``::`` cannot be bound. Used by
+``dra_driver.appkit.flags`` (the default), ``dra_driver.obs.metrics`` (the server) and the
+plugin's pre-start check below.
 
 ``dra_driver.obs.metrics`` loads prometheus_client, which the plugin only imports once its sockets
 serve (start-up speed); a port clash found only then would have the kubelet register a plugin that
@@ -12,8 +19,22 @@ import errno
 import socket
 
 METRICS_FLAGS = "--metrics-port / METRICS_PORT (and --metrics-address / METRICS_ADDRESS)"
+DEFAULT_METRICS_ADDRESS = "127.0.0.1"
+"""Loopback only, when neither ``--metrics-address`` nor ``METRICS_ADDRESS`` says otherwise.
+
+A daemon run by hand is not reachable from other hosts or pods unless asked; the chart sets
+``METRICS_ADDRESS`` to the pod's IP (``status.podIP``), where Prometheus and the API server's pod
+proxy (``dra-gpu top``) reach it, and not to every address.
+"""
+EVERY_ADDRESS = frozenset({"", "::", "[::]", "0.0.0.0"})  # noqa: S104 - the names of every address, to recognise them
+"""The addresses that mean every address of the host (or pod): ``::`` covers IPv4 too where the host has IPv6."""
 IPV6_MISSING = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, socket.EAI_FAMILY)
 """What binding ``::`` fails with on a host without IPv6: every IPv4 address (``0.0.0.0``) is used instead."""
+
+
+def is_every_address(address: str) -> bool:
+    """Whether ``address`` listens on every address (``::``, ``[::]``, ``0.0.0.0`` or empty)."""
+    return address.strip() in EVERY_ADDRESS
 
 
 def bind_host(address: str) -> str:

@@ -2,13 +2,18 @@
 
 Parses Prometheus' text format with prometheus_client's parser (bounded: at most ``MAX_BYTES`` of
 text, ``MAX_ROWS`` rows) into plain dataclasses. Called by ``dra_driver.cli.top``; the names are
-those of ``dra_driver.obs.usage_metrics`` and ``dra_driver.obs.metrics``.
+those of ``dra_driver.obs.usage_metrics`` and ``dra_driver.obs.metrics``. A row has the claim's
+namespace, name and pods only where the plugin exports tenant labels; its UID always (top names
+the others through the API server). ``fetch`` reads one URL as Prometheus would: a bearer token
+(``ScrapeCredentials.token_file``), TLS verified against a CA, a client certificate.
 """
 
 from __future__ import annotations
 
 import math
+import ssl
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -36,6 +41,7 @@ class ClaimDevice:
     utilization: float | None = None
     memory_bytes: float | None = None
     idle_s: float = 0.0
+    claim_uid: str = ""
 
 
 @dataclass(slots=True)
@@ -46,11 +52,17 @@ class NodeView:
     unhealthy: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _usage(rows: dict[tuple[str, str, str, str], ClaimDevice], name: str, labels: dict[str, str], value: float) -> None:
-    if len(rows) >= MAX_ROWS:
-        raise ScrapeError(f"more than {MAX_ROWS} devices in one scrape")
+_Key = tuple[str, str, str, str, str]
+
+
+def _usage(rows: dict[_Key, ClaimDevice], name: str, labels: dict[str, str], value: float) -> None:
     key = (labels.get("node", ""), labels.get("namespace", ""), labels.get("claim", ""), labels.get("device", ""))
-    row = rows.setdefault(key, ClaimDevice(*key, pods=labels.get("pod", "")))
+    full = (*key, labels.get("claim_uid", ""))
+    row = rows.get(full)
+    if row is None:
+        if len(rows) >= MAX_ROWS:
+            raise ScrapeError(f"more than {MAX_ROWS} devices in one scrape")
+        row = rows[full] = ClaimDevice(*key, pods=labels.get("pod", ""), claim_uid=full[4])
     if math.isnan(value):
         return
     if name == UTILIZATION:
@@ -72,7 +84,7 @@ def parse(text: str) -> NodeView:
     """The rows of one scrape; raises ScrapeError for text that is not a scrape."""
     if len(text) > MAX_BYTES:
         raise ScrapeError(f"the scrape is larger than {MAX_BYTES} bytes")
-    rows: dict[tuple[str, str, str, str], ClaimDevice] = {}
+    rows: dict[_Key, ClaimDevice] = {}
     view = NodeView()
     causes: dict[str, list[str]] = {}
     for name, lb, value in _samples(text):
@@ -86,20 +98,69 @@ def parse(text: str) -> NodeView:
             )
     for gpu in view.unhealthy:
         view.unhealthy[gpu] = sorted(causes.get(gpu, []))
-    view.devices = sorted(rows.values(), key=lambda r: (r.namespace, r.claim, r.device))
+    view.devices = sorted(rows.values(), key=lambda r: (r.namespace, r.claim, r.claim_uid, r.device))
     return view
 
 
-def fetch(url: str, timeout_s: float = 10.0) -> str:
+@dataclass(frozen=True, slots=True)
+class ScrapeCredentials:
+    """How ``fetch`` presents itself, as Prometheus' scrape config would (all unset: plain, anonymous)."""
+
+    token_file: Path | None = None
+    """Sent as ``Authorization: Bearer <its content, whitespace stripped>`` (Prometheus' ``credentials_file``)."""
+    ca_file: Path | None = None
+    """HTTPS: the CA bundle the server's certificate is checked against (default: the system's)."""
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    """HTTPS: a client certificate and its key, for a server that wants one."""
+    insecure: bool = False
+    """HTTPS: do not check the server's certificate (Prometheus' ``insecure_skip_verify``)."""
+
+    def token(self) -> str | None:
+        """The token, or None; ScrapeError when the file cannot be read or is empty."""
+        if self.token_file is None:
+            return None
+        try:
+            token = self.token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ScrapeError(f"token file {self.token_file}: {err}") from None
+        if not token or any(c.isspace() for c in token):
+            raise ScrapeError(f"token file {self.token_file}: not one token")
+        return token
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The client TLS context; ScrapeError when a file cannot be used."""
+        try:
+            ctx = ssl.create_default_context(cafile=self.ca_file)
+            if self.cert_file is not None:
+                ctx.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as err:
+            raise ScrapeError(f"TLS files: {err}") from None
+        if self.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+
+def fetch(url: str, timeout_s: float = 10.0, credentials: ScrapeCredentials | None = None) -> str:
     """GET one /metrics URL (``dra-gpu top --url``, e.g. on the node itself); raises ScrapeError on any failure."""
     import urllib.error
     import urllib.request
 
     if not url.startswith(("http://", "https://")):
         raise ScrapeError(f"{url!r} is not an http(s) URL")
+    creds = credentials or ScrapeCredentials()
+    headers = {}
+    if (token := creds.token()) is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    context = creds.ssl_context() if url.startswith("https://") else None
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - http(s) checked above
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - http(s) checked above
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:  # noqa: S310 - http(s) checked above
             data: bytes = resp.read(MAX_BYTES + 1)
+    except urllib.error.HTTPError as err:
+        hint = " (the metrics server wants a token: --token-file)" if err.code == 401 else ""
+        raise ScrapeError(f"{url}: HTTP {err.code} {err.reason}{hint}") from None
     except (urllib.error.URLError, OSError, ValueError) as err:
         raise ScrapeError(f"{url}: {err}") from None
     if len(data) > MAX_BYTES:

@@ -3,7 +3,9 @@
 The plugin runs with 8 fake H100s against a real kube-apiserver; claims are allocated there (with
 the pods that reserve them), prepared over the DRA socket, driven by the fake GPUs' usage script
 (``python -m dra_driver.sources.fake_usage``) and faults (``python -m dra_driver.sources.fake_health``),
-and read back from /metrics and with ``dra-gpu top --url``.
+and read back from /metrics and with ``dra-gpu top --url``. The series name the claim's namespace and
+pods only with ``--metrics-tenant-labels true``; by default they carry its UID, and top names the
+claim from the API server (``--kubeconfig``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.integration.test_plugin_health import wait_for
 from tests.integration.test_plugin_metrics import Series, scrape
 
 ARGS = ("--usage-interval", "0.2", "--health-check-interval", "0.3", "--gc-interval", "0")
+TENANT = (*ARGS, "--metrics-tenant-labels", "true")
 
 
 def claim_with_pods(c: LocalCluster, name: str, device: str, pods: list[str]) -> tuple[str, str, str]:
@@ -53,7 +56,7 @@ def top(plugin: PluginProcess, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_busy_and_idle_claims_are_told_apart_by_their_metrics_and_dra_gpu_top(tmp_path: Path, apiserver: LocalCluster) -> None:
-    p = PluginProcess(tmp_path, kubeconfig=apiserver.kubeconfig, extra_args=ARGS)
+    p = PluginProcess(tmp_path, kubeconfig=apiserver.kubeconfig, extra_args=TENANT)
     p.start()
     try:
         suffix = uuid.uuid4().hex[:6]
@@ -99,6 +102,39 @@ def test_busy_and_idle_claims_are_told_apart_by_their_metrics_and_dra_gpu_top(tm
         p.stop()
 
 
+def test_by_default_the_series_name_claims_by_uid_and_top_names_them_from_the_api_server(
+    tmp_path: Path, apiserver: LocalCluster
+) -> None:
+    p = PluginProcess(tmp_path, kubeconfig=apiserver.kubeconfig, extra_args=ARGS)
+    p.start()
+    try:
+        ref = claim_with_pods(apiserver, f"private-{uuid.uuid4().hex[:6]}", "gpu-3", ["secret-pod-0"])
+        assert not p.prepare([ref]).claims[ref[1]].error
+
+        def sampled() -> Series | None:
+            s = scrape(p)
+            return (
+                s if value(s, "dra_gpu_claim_idle_seconds", claim_uid=ref[1], node=p.node, device="gpu-3") is not None else None
+            )
+
+        s = wait_for("the sample", sampled)
+        text = "\n".join(f"{n}{sorted(lb)}" for n, lb in s)
+        for tenant in (ref[2], "secret-pod-0", "namespace", "'pod'"):
+            assert tenant not in text, tenant
+
+        anonymous = top(p, "--idle-after", "1")
+        assert 0 == anonymous.returncode, anonymous.stderr
+        assert f"uid:{ref[1]}" in anonymous.stdout and ref[2] not in anonymous.stdout
+        named = top(p, "--idle-after", "1", "--kubeconfig", str(apiserver.kubeconfig))
+        assert 0 == named.returncode, named.stderr
+        [line] = [line for line in named.stdout.splitlines() if "gpu-3" in line]
+        assert f"default/{ref[2]}" in line and "secret-pod-0" in line
+        assert 1 == len(json.loads(top(p, "-o", "json", "--kubeconfig", str(apiserver.kubeconfig)).stdout)["devices"])
+        assert not p.unprepare([ref]).claims[ref[1]].error
+    finally:
+        p.stop()
+
+
 def test_top_reports_a_plugin_it_cannot_read_and_exits_1(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "dra_driver.cli.main", "top", "--url", "http://127.0.0.1:9/metrics"],
@@ -109,7 +145,7 @@ def test_top_reports_a_plugin_it_cannot_read_and_exits_1(tmp_path: Path) -> None
 
 
 def test_after_a_restart_the_claims_already_prepared_get_their_pods_back(tmp_path: Path, apiserver: LocalCluster) -> None:
-    p = PluginProcess(tmp_path, kubeconfig=apiserver.kubeconfig, extra_args=ARGS)
+    p = PluginProcess(tmp_path, kubeconfig=apiserver.kubeconfig, extra_args=TENANT)
     p.start()
     try:
         ref = claim_with_pods(apiserver, f"kept-{uuid.uuid4().hex[:6]}", "gpu-4", ["worker-0"])
