@@ -10,6 +10,13 @@ loudly instead. Writes into OUT_DIR:
   MIG strategies none, static and dynamic, and how long each took (``timings.json``);
 * ``nvml-mig-profiles.json``: the GPU instance profiles and placements NVML reports per GPU;
 * ``nvml-calls.json``: each NVML query the health and utilization work would use, ok or its error;
+* ``nvml-gpm.json``: GPU Performance Monitoring, read only: per GPU whether it has GPM, the
+  metrics NVML computes from two samples 0.5 s apart (``GRAPHICS_UTIL``, ``SM_UTIL``,
+  ``SM_OCCUPANCY``, ``ANY_TENSOR_UTIL``, ``DRAM_BW_UTIL``: each its NVML return and value, in
+  percent), the same for each existing MIG device (``nvmlGpmMigSampleGet``; none are made), and
+  the utilization dra-gpu's own usage source reads for those devices in two passes 1 s apart
+  (``usage_source``: per device, ``first`` and ``second``, 0..1 or null; the first pass of a MIG
+  device is null by design, and every sample is freed);
 * ``cdi.json``: the device nodes a claim's CDI spec would name, and whether each exists;
 * ``nvidia-smi-q.xml`` and ``nvidia-smi-query.csv`` when ``nvidia-smi`` is on the PATH.
 
@@ -147,8 +154,10 @@ def calls(n: Any) -> dict[str, Any]:
         ("nvmlDeviceGetNumaNodeId", (h,)),
         ("nvmlDeviceGetPciInfo", (h,)),
         ("nvmlDeviceGetMaxMigDeviceCount", (h,)),
+        ("nvmlGpmQueryDeviceSupport", (h,)),
+        ("nvmlDeviceGetFieldValues(GPU_RECOVERY_ACTION)", (h, [getattr(n, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", 230)])),
     ]:
-        fn = getattr(n, name, None)
+        fn = getattr(n, name.split("(")[0], None)
         out[name] = _try(fn, *args) if fn else {"ok": False, "error": "not in this pynvml"}
     es = _try(n.nvmlEventSetCreate)
     out["nvmlEventSetCreate"] = es
@@ -160,6 +169,110 @@ def calls(n: Any) -> dict[str, Any]:
         out["nvmlEventSetFree"] = _try(n.nvmlEventSetFree, evset)
     out["euid"] = os.geteuid()
     return out
+
+
+GPM_METRICS = (
+    "NVML_GPM_METRIC_GRAPHICS_UTIL",
+    "NVML_GPM_METRIC_SM_UTIL",
+    "NVML_GPM_METRIC_SM_OCCUPANCY",
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "NVML_GPM_METRIC_DRAM_BW_UTIL",
+)
+
+
+def _gpm_metrics(n: Any, take: Any) -> dict[str, Any]:
+    """NVML's GPM metrics from two samples 0.5 s apart, read by ``take(sample)``; the samples always freed."""
+    samples: list[Any] = []
+    result: dict[str, Any]
+    try:
+        for i in range(2):
+            samples.append(n.nvmlGpmSampleAlloc())
+            take(samples[-1])
+            if i == 0:
+                time.sleep(0.5)
+        ask = n.c_nvmlGpmMetricsGet_t()
+        ask.version = n.NVML_GPM_METRICS_GET_VERSION
+        ask.numMetrics = len(GPM_METRICS)
+        ask.sample1, ask.sample2 = samples
+        for i, name in enumerate(GPM_METRICS):
+            ask.metrics[i].metricId = getattr(n, name)
+        got = n.nvmlGpmMetricsGet(ask)
+        result = {
+            name.removeprefix("NVML_GPM_METRIC_"): {
+                "return": int(got.metrics[i].nvmlReturn),
+                "value": float(got.metrics[i].value),
+            }
+            for i, name in enumerate(GPM_METRICS)
+        }
+    except Exception as err:  # noqa: BLE001 - a GPM call that fails is a finding
+        result = {"error": f"{type(err).__name__}: {err}"}
+    for sample in samples:
+        try:
+            n.nvmlGpmSampleFree(sample)
+        except Exception as err:  # noqa: BLE001 - a free that fails is a finding too
+            result.setdefault("free_errors", []).append(f"{type(err).__name__}: {err}")
+    return result
+
+
+def gpm(n: Any) -> dict[str, Any]:
+    """GPM on every GPU and each existing MIG device, read only, then dra-gpu's usage source over the same devices."""
+    from dra_driver.core.usage import UsageTarget
+
+    out: dict[str, Any] = {"gpus": []}
+    targets: list[UsageTarget] = []
+    for i in range(n.nvmlDeviceGetCount()):
+        h = n.nvmlDeviceGetHandleByIndex(i)
+        uuid = _text(n.nvmlDeviceGetUUID(h))
+        try:
+            supported = bool(int(n.nvmlGpmQueryDeviceSupport(h).isSupportedDevice))
+            support: dict[str, Any] = {"ok": True, "isSupportedDevice": supported}
+        except Exception as err:  # noqa: BLE001 - no GPM (or no such call in this pynvml) is a finding
+            supported, support = False, {"ok": False, "error": f"{type(err).__name__}: {err}"}
+        g: dict[str, Any] = {"index": i, "uuid": uuid, "support": support, "mig_devices": []}
+        if supported:
+            g["metrics"] = _gpm_metrics(n, lambda sample, h=h: n.nvmlGpmSampleGet(h, sample))
+        targets.append(UsageTarget(f"check-{uuid}", f"gpu-{i}", uuid))
+        mode = _try(n.nvmlDeviceGetMigMode, h)
+        if mode["ok"] and mode["value"][0] == n.NVML_DEVICE_MIG_ENABLE:
+            for j in range(n.nvmlDeviceGetMaxMigDeviceCount(h)):
+                try:
+                    mig = n.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
+                except n.NVMLError:
+                    continue  # no MIG device at this index
+                mig_uuid = _text(n.nvmlDeviceGetUUID(mig))
+                instance = int(n.nvmlDeviceGetGpuInstanceId(mig))
+                m: dict[str, Any] = {"uuid": mig_uuid, "gpu_instance": instance}
+                if supported:
+                    m["metrics"] = _gpm_metrics(n, lambda sample, h=h, gi=instance: n.nvmlGpmMigSampleGet(h, gi, sample))
+                g["mig_devices"].append(m)
+                targets.append(UsageTarget(f"check-{mig_uuid}", f"gpu-{i}-mig-{j}", uuid, mig_uuid=mig_uuid))
+        out["gpus"].append(g)
+    out["usage_source"] = _usage_passes(targets)
+    return out
+
+
+def _usage_passes(targets: list[Any]) -> dict[str, Any]:
+    """What dra-gpu's NVML usage source reads for the devices in two passes 1 s apart."""
+    from dra_driver.sources.nvml_usage import NvmlUsageSource
+
+    source = NvmlUsageSource()
+    try:
+        first = source.sample(targets, time.time())
+        time.sleep(1.0)
+        second = source.sample(targets, time.time())
+    except Exception as err:  # noqa: BLE001 - the source failing is a finding
+        return {"error": f"{type(err).__name__}: {err}"}
+    finally:
+        source.close()
+    return {
+        t.device: {
+            "uuid": t.mig_uuid or t.gpu_uuid,
+            "first": first[t.key].utilization if t.key in first else None,
+            "second": second[t.key].utilization if t.key in second else None,
+            "memory_used_bytes": second[t.key].memory_used_bytes if t.key in second else None,
+        }
+        for t in targets
+    }
 
 
 def cdi() -> dict[str, Any]:
@@ -178,6 +291,9 @@ def cdi() -> dict[str, Any]:
 
 def main() -> int:
     """Run every check into the folder named by the first argument."""
+    from dra_driver.obs.logs import configure_logging
+
+    configure_logging("info")  # dra-gpu's log lines on stderr: stdout is the timings line only
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     refused = _guard()
@@ -191,6 +307,7 @@ def main() -> int:
     try:
         (out / "nvml-mig-profiles.json").write_text(json.dumps(profiles(pynvml), indent=1, default=str))
         (out / "nvml-calls.json").write_text(json.dumps(calls(pynvml), indent=1, default=str))
+        (out / "nvml-gpm.json").write_text(json.dumps(gpm(pynvml), indent=1, default=str))
     finally:
         pynvml.nvmlShutdown()
     (out / "cdi.json").write_text(json.dumps(cdi(), indent=1))
