@@ -27,7 +27,7 @@ from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
 from dra_driver.core.mig_publish import Publication
 from dra_driver.core.schema import gpu_device_name
-from dra_driver.files.cdi_store import CdiStore, toolkit_device_names
+from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import BootIdError, CheckpointStore, Notice, read_boot_id
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.obs.ports import metrics_port_problem
@@ -35,6 +35,7 @@ from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
 from kubelet_plugin.device_status import DeviceStatusReporter, StatusWriter
+from kubelet_plugin.driver_userspace import driver_supply
 from kubelet_plugin.health_monitor import HealthMonitor, MonitorConfig
 from kubelet_plugin.health_stream import SERVICE_NAMES, HealthStreams
 from kubelet_plugin.health_taints import TaintedPublication
@@ -84,6 +85,13 @@ def _build_state(
     settings.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
     real = settings.fake_gpus is None
     checkpoints = CheckpointStore(settings.plugin_dir, boot_id)
+    supply = driver_supply(  # the driver's user space for the containers, found once
+        gpus=gpus,
+        driver_root=settings.driver_root,
+        host_root=settings.driver_root_host_path,
+        toolkit_dirs=[settings.cdi_root, TOOLKIT_SPEC_DIR],
+        notify=link.notify,
+    )
     return DeviceState(
         driver=settings.driver_name,
         node_name=settings.node_name,
@@ -103,7 +111,9 @@ def _build_state(
         lock_path=settings.plugin_dir / "serialize.lock",
         device_nodes=True,
         device_node_host="" if real else FAKE_DEVICE_NODE_HOST,
-        toolkit_devices=toolkit_device_names([settings.cdi_root, TOOLKIT_SPEC_DIR]) if real else frozenset(),
+        toolkit_devices=supply.toolkit_devices,
+        driver_files=supply.files,
+        driver_missing=supply.missing,
         notify=link.notify,
     )
 

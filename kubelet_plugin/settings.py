@@ -46,6 +46,11 @@ class Settings:
     fake_mig_latency: str = "realistic"
     gc_interval_s: float = 600.0
     nvidia_bin_dir: Path = Path("/driver-root/usr/bin")
+    driver_root: Path | None = None
+    """Where the plugin sees the driver's root (the chart mounts gpus.nvml.driverRoot at /driver-root); None: no
+    driver needed (fake GPUs unless --driver-root is given). Its user space is found there at start-up."""
+    driver_root_host_path: str = "/"
+    """The driver root's path on the host: the CDI specs' mounts name host paths."""
     device_status: bool = True
     metrics_port: int = -1
     """Prometheus /metrics port (``dra_driver.obs.metrics``), 0 = any, -1 = off (the flag's default: 9420)."""
@@ -117,6 +122,19 @@ def parse(argv: list[str] | None = None) -> Settings:
         help="where nvidia-smi and nvidia-cuda-mps-control are (real GPUs) [NVIDIA_BIN_DIR]",
     )
     p.add_argument(
+        "--driver-root",
+        default=env("DRIVER_ROOT"),
+        help="where the plugin sees the NVIDIA driver's root, whose user space (libcuda.so.1, nvidia-smi...) each claim's "
+        "containers get when the toolkit's CDI spec does not list the device; default /driver-root with real GPUs, "
+        "none with fake GPUs (given, fake GPUs need it too) [DRIVER_ROOT]",
+    )
+    p.add_argument(
+        "--driver-root-host-path",
+        default=env("DRIVER_ROOT_HOST_PATH"),
+        help="the driver root's path on the host, which the CDI specs' mounts name (the chart's gpus.nvml.driverRoot); "
+        "default: --driver-root [DRIVER_ROOT_HOST_PATH]",
+    )
+    p.add_argument(
         "--device-status",
         default=env("DEVICE_STATUS", "true"),
         choices=["true", "false"],
@@ -144,6 +162,11 @@ def parse(argv: list[str] | None = None) -> Settings:
     if a.gc_interval < 0:
         p.error(f"--gc-interval: {a.gc_interval} is negative")
     plugin_dir = Path(a.plugin_dir or f"/var/lib/kubelet/plugins/{driver}").absolute()
+    driver_root = a.driver_root or (None if a.fake_gpus else "/driver-root")
+    host_root = a.driver_root_host_path or driver_root
+    for flag, value in (("--driver-root", driver_root), ("--driver-root-host-path", host_root)):
+        if value is not None and not value.startswith("/"):
+            p.error(f"{flag}: {value!r} is not an absolute path")
     if a.pod_uid is not None and not all(c.isalnum() or c == "-" for c in a.pod_uid):
         p.error(f"--pod-uid: {a.pod_uid!r} is not a UID")
     return Settings(
@@ -166,6 +189,8 @@ def parse(argv: list[str] | None = None) -> Settings:
         fake_mig_latency=a.fake_mig_latency,
         gc_interval_s=a.gc_interval,
         nvidia_bin_dir=Path(a.nvidia_bin_dir),
+        driver_root=Path(driver_root) if driver_root else None,
+        driver_root_host_path=host_root or "/",
         device_status=a.device_status == "true",
         metrics_port=a.metrics_port,
         metrics_address=a.metrics_address,
