@@ -222,8 +222,8 @@ def missing_message(reason: str, *, driver_root: str, seen_at: str, toolkit_dirs
     return (
         "no NVIDIA driver user space for containers on this node: no NVIDIA Container Toolkit CDI spec "
         f"(kind nvidia.com/gpu in {', '.join(toolkit_dirs)}) lists the device, and {where}: {reason}; "
-        "set gpus.nvml.driverRoot (the plugin's --driver-root-host-path) to where the driver is installed, "
-        "or generate the toolkit's CDI spec (nvidia-ctk cdi generate)"
+        "set gpus.nvml.driverRoot (the plugin's --driver-root-host-path, seen at --driver-root) to where the driver is "
+        "installed, or generate the toolkit's CDI spec (nvidia-ctk cdi generate)"
     )
 
 

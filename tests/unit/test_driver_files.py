@@ -288,7 +288,8 @@ def test_the_missing_message_names_both_sources_and_the_fix() -> None:
         "no NVIDIA driver user space for containers on this node: no NVIDIA Container Toolkit CDI spec "
         "(kind nvidia.com/gpu in /etc/cdi) lists the device, and the driver root /run/nvidia/driver "
         "(at /driver-root in the plugin): it holds no libcuda.so.1; set gpus.nvml.driverRoot (the plugin's "
-        "--driver-root-host-path) to where the driver is installed, or generate the toolkit's CDI spec (nvidia-ctk cdi generate)"
+        "--driver-root-host-path, seen at --driver-root) to where the driver is installed, or generate the toolkit's CDI spec "
+        "(nvidia-ctk cdi generate)"
     )
     assert "(at" not in missing_message("x", driver_root="/d", seen_at="/d", toolkit_dirs=["/etc/cdi"])
 
