@@ -243,11 +243,14 @@ class NvmlHealthSource:
         return 0
 
     def events(self, timeout_s: float) -> list[HealthEvent]:
-        """Wait up to ``timeout_s`` for one event, then drain what is pending (at most 256).
+        """Wait up to ``timeout_s`` for an event that raises a condition, then drain what is pending (at most 256).
 
-        A timeout returns []. An NVML error (GPU lost included: ``check()`` attributes that) is logged
-        once per run of equal errors and returns [] after sleeping what is left of ``timeout_s``, so a
-        caller's loop never spins.
+        Recorded-only events (P-state, clock, power source, MIG configuration: frequent on a busy GPU)
+        are collected without ending the wait, so they never wake the caller more than once per
+        ``timeout_s``. A timeout returns what was collected ([] if nothing). An NVML error (GPU lost
+        included: ``check()`` attributes that) is logged once per run of equal errors and, when it
+        is the first answer, returns [] after sleeping what is left of ``timeout_s``, so a caller's
+        loop never spins.
         """
         if self._closed:
             raise RuntimeError("NvmlHealthSource.events() after close()")
@@ -256,11 +259,13 @@ class NvmlHealthSource:
             self._sleep(max(0.0, timeout_s))
             return []
         n = self._n
-        ms = min(_MAX_WAIT_MS, max(0, round(timeout_s * 1000)))
         out: list[HealthEvent] = []
+        draining = False
         for consumed in range(MAX_EVENTS_PER_CALL):  # NVML events taken, skipped ones included
+            left = timeout_s - (self._monotonic() - start)
+            ms = 0 if draining else min(_MAX_WAIT_MS, max(0, round(left * 1000)))
             try:
-                data = n.nvmlEventSetWait_v2(self._event_set, 0 if consumed else ms)
+                data = n.nvmlEventSetWait_v2(self._event_set, ms)
             except n.NVMLError as err:
                 code = int(err.value)
                 if code == int(n.NVML_ERROR_TIMEOUT):
@@ -274,6 +279,7 @@ class NvmlHealthSource:
             event = self._event(data)
             if event is not None:
                 out.append(event)
+                draining = draining or bool(EVENT_CAUSES[event.kind].key)
         return out
 
     def _wait_failed(self, code: int, error: str, *, drained: int) -> None:

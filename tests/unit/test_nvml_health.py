@@ -366,6 +366,26 @@ def test_routine_events_are_returned_and_counted_but_raise_nothing(nvml: FakeNvm
     assert {A: {"pstate": 2}, B: {"xid": 1}} == source.event_counts()
 
 
+def test_routine_events_do_not_end_the_wait_an_event_that_raises_a_condition_does(
+    nvml: FakeNvml, clock: FakeTime, source: NvmlHealthSource
+) -> None:
+    def wait(event_set: object, ms: int) -> Any:
+        nvml.waits.append(ms)
+        clock.now += 0.5  # each answer takes half a second
+        if not nvml.queue:
+            nvml.fail(pynvml.NVML_ERROR_TIMEOUT)
+        return nvml.queue.pop(0)
+
+    nvml.nvmlEventSetWait_v2 = wait  # type: ignore[method-assign]  # this test's timed wait
+    nvml.queue = [nvml.event(A, PSTATE), nvml.event(A, PSTATE)]
+    assert ["pstate", "pstate"] == [e.kind for e in source.events(2.0)]
+    assert [2000, 1500, 1000] == nvml.waits  # the rest of the timeout each time, until it timed out
+    nvml.waits.clear()
+    nvml.queue = [nvml.event(A, PSTATE), nvml.event(B, XID, 48), nvml.event(A, PSTATE)]
+    assert ["pstate", "xid", "pstate"] == [e.kind for e in source.events(2.0)]
+    assert [2000, 1500, 0, 0] == nvml.waits  # the XID: drain what is pending and return
+
+
 def test_mig_instance_ids_are_read_for_xid_events_only(nvml: FakeNvml, source: NvmlHealthSource) -> None:
     nvml.queue = [nvml.event(A, DBE, gi=0, ci=0)]  # undocumented for other types: not taken for an instance
     assert "" == source.events(1.0)[0].detail
