@@ -2,7 +2,8 @@
 
 Parses flags (each also an env var), configures JSON logs, loads the TLS certificate (a bad
 one exits 1 at start), serves ``webhook.server`` until SIGTERM or SIGINT, then stops accepting
-and exits 0. Prometheus metrics (``dra_driver.obs.metrics.WebhookMetrics``) are served over plain
+and exits 0. The HTTPS server is bounded (``webhook.server.REVIEW_LIMITS``; ``--max-connections``,
+``--request-timeout``). Prometheus metrics (``dra_driver.obs.metrics.WebhookMetrics``) are served over plain
 HTTP on ``--metrics-port`` (default 9422, -1 off); a port it cannot listen on exits 2. The Helm
 chart runs it when ``webhook.enabled`` (templates/webhook-*.yaml).
 """
@@ -13,7 +14,7 @@ import argparse
 import logging
 import ssl
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import structlog
@@ -47,6 +48,10 @@ class WebhookSettings:
     metrics_address: str = DEFAULT_METRICS_ADDRESS
     metrics_auth: ScrapeAuthConfig = NO_SCRAPE_AUTH
     """Who may scrape /metrics (``dra_driver.obs.scrape_auth``)."""
+    max_connections: int = REVIEW_LIMITS.max_connections
+    """HTTPS connections held at most (a new one beyond takes an idle or slow one's place)."""
+    request_timeout_s: float = REVIEW_LIMITS.request_timeout_s
+    """Seconds a client has to send a whole request, headers and body."""
 
 
 def parse(argv: list[str] | None = None) -> WebhookSettings:
@@ -71,6 +76,18 @@ def parse(argv: list[str] | None = None) -> WebhookSettings:
         help="DRA driver name whose configs to validate [DRIVER_NAME]",
     )
     p.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning, error [LOG_LEVEL]")
+    p.add_argument(
+        "--max-connections",
+        default=env("MAX_CONNECTIONS", str(REVIEW_LIMITS.max_connections)),
+        help=f"HTTPS connections held at most; beyond, a new one takes an idle or slow one's place "
+        f"(default {REVIEW_LIMITS.max_connections}) [MAX_CONNECTIONS]",
+    )
+    p.add_argument(
+        "--request-timeout",
+        default=env("REQUEST_TIMEOUT", f"{REVIEW_LIMITS.request_timeout_s:g}"),
+        help=f"seconds a client has to send a whole request, headers and body "
+        f"(default {REVIEW_LIMITS.request_timeout_s:g}) [REQUEST_TIMEOUT]",
+    )
     add_metrics_flags(p, "webhook")
     a = p.parse_args(argv)
     metrics_auth = check_metrics_flags(p, a)
@@ -88,6 +105,8 @@ def parse(argv: list[str] | None = None) -> WebhookSettings:
         p.error(f"--driver-name: {err}")
     if a.log_level.upper() not in logging.getLevelNamesMapping():
         p.error(f"--log-level: unknown level {a.log_level!r}")
+    max_connections = _number(p, "--max-connections", a.max_connections, int, low=1, high=100_000)
+    request_timeout = _number(p, "--request-timeout", a.request_timeout, float, low=0.1, high=300.0)
     return WebhookSettings(
         bind_address=a.bind_address,
         port=port,
@@ -98,7 +117,20 @@ def parse(argv: list[str] | None = None) -> WebhookSettings:
         metrics_port=a.metrics_port,
         metrics_address=a.metrics_address,
         metrics_auth=metrics_auth,
+        max_connections=int(max_connections),
+        request_timeout_s=float(request_timeout),
     )
+
+
+def _number(p: argparse.ArgumentParser, flag: str, value: str, kind: type[float], *, low: float, high: float) -> float:
+    """``value`` as ``kind`` within ``low..high``; ``p.error`` (exit 2) naming ``flag`` otherwise."""
+    try:
+        number = kind(value)
+    except ValueError:
+        p.error(f"{flag}: not a number: {value!r}")
+    if not low <= number <= high:
+        p.error(f"{flag}: {value} is outside {low:g}..{high:g}")
+    return number
 
 
 def serve(settings: WebhookSettings, stop: threading.Event) -> int:
@@ -125,9 +157,16 @@ def serve(settings: WebhookSettings, stop: threading.Event) -> int:
         return 1
     thread = threading.Thread(target=server.serve_forever, name="webhook-server", daemon=True)
     thread.start()
-    log.info("webhook_serving", address=settings.bind_address, port=server.port, path=VALIDATE_PATH)
+    log.info(
+        "webhook_serving",
+        address=settings.bind_address,
+        port=server.port,
+        path=VALIDATE_PATH,
+        max_connections=server.max_connections,
+        request_timeout_s=settings.request_timeout_s,
+    )
     stop.wait()
-    server.shutdown()  # stops accepting; in-flight requests finish in their own threads
+    server.shutdown()  # stops accepting; reviews being answered finish
     server.server_close()
     thread.join()
     if metrics_server is not None:

@@ -1,44 +1,108 @@
-"""The webhook's HTTPS server: stdlib ``http.server``, one thread per connection, TLS reloaded on rotation.
+"""The webhook's HTTPS server: the bounded server of ``dra_driver.obs.http_server``, TLS reloaded on rotation.
 
 Called by ``webhook.main``; tests start it in-process. Routes: ``POST
 /validate-resource-claim-parameters`` (``webhook.admission``), ``GET /readyz`` and ``GET
 /livez``. A request never takes the server down: a bad body gets 400, a wrong media type 415,
-a missing length 411, an oversized body 413, anything unexpected 500 with a logged traceback.
+a missing length 411, an oversized body 413 (from its Content-Length, before any of it is
+read), anything unexpected 500 with a logged traceback.
+
+Bounds (``REVIEW_LIMITS``; ``--max-connections`` and ``--request-timeout`` change two of them):
+at most 64 connections, a new one beyond taking the place of an idle or slow one; 5 s for the
+TLS handshake; 10 s for a request, headers and body together, however slowly it trickles in;
+120 s for a kept-alive connection's next request (longer than the API server's 90 s, so the
+client always closes an idle connection first and never sends into a closing one); two
+worker threads. Memory per review is bounded twice:
+
+* ``MAX_BODY_BYTES`` (4 MiB) admits the largest AdmissionReview the API server can send for a
+  ResourceClaim or ResourceClaimTemplate: an UPDATE carries the object and its old version,
+  each at most 1.5 MiB as stored (etcd's request limit bounds every object; the spec's own
+  limits do not: 32 requests of 32 selectors of 10 KiB each alone would be 10 MiB), and their
+  JSON is at most about a third larger than the stored form (field names, quoting, Go's
+  escaping of ``<``, ``>`` and ``&``): 2 x 1.5 MiB x 4/3 = 4 MiB with the envelope. Bodies
+  larger than 64 KiB are read two at a time at most.
+* Parsing JSON into Python objects takes up to about 50 times the body for hostile shapes
+  (``[[[[...]]]]``, ``{},{},...``; a 4 MiB body would take 200 MiB, over the chart's 192 Mi
+  limit on its own). So every review is charged ``review_cost``, an upper bound of what
+  ``json.loads`` allocates for it, estimated from its structural bytes before anything is
+  parsed; reviews are parsed only while their costs add up to at most ``PARSE_BUDGET_BYTES``,
+  and one that would exceed it alone is refused with 413. A real review costs a few times its
+  size (strings dominate), so the largest legitimate ones fit many times over.
 
 TLS: the certificate and key are files (a Secret volume in the chart). Each new connection
 checks whether they changed (a rotated Secret is swapped in atomically by the kubelet) and,
 if so, loads them into a fresh context; a half-written pair keeps the old context and is
-logged. The handshake runs in the connection's thread, so a slow client cannot stall accepting.
+logged. The handshake runs on the server's event loop, bounded by its deadline.
 
-Metrics: every POST to the validate path is reported to ``metrics`` (a ``ReviewMetrics``,
-``dra_driver.obs.metrics.WebhookMetrics`` in ``webhook.main``) with the object's kind, the
-result (allowed, denied, or error for anything that got no verdict) and its duration.
+Metrics: every POST to the validate path that reaches a verdict or a refusal (400, 411, 413,
+415, 500) is reported to ``metrics`` (a ``ReviewMetrics``, ``dra_driver.obs.metrics.WebhookMetrics``
+in ``webhook.main``) with the object's kind, the result (allowed, denied, or error for anything
+that got no verdict) and its duration.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import ssl
 import threading
 import time
+from dataclasses import replace
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
 
+from dra_driver.obs.http_server import HttpServer, Limits, Request, RequestHead, Response, ServerStats, text
 from webhook.admission import VALIDATE_PATH, BadReview, Verdict, review
 
 log = structlog.get_logger(__name__)
 
-MAX_BODY_BYTES = 8 << 20
-"""Larger than any AdmissionReview of a claim or template (objects are at most ~1.5 MiB in etcd)."""
-CONNECTION_TIMEOUT_S = 30.0
-"""Handshake, read and idle keep-alive limit per connection."""
+MAX_BODY_BYTES: Final = 4 << 20
+"""The largest AdmissionReview body read (see the module docstring); 413 beyond, unread."""
+PARSE_BUDGET_BYTES: Final = 80 << 20
+"""What the reviews being parsed at once may cost together (``review_cost``, bytes)."""
+REVIEW_LIMITS: Final = Limits(
+    max_connections=64,
+    request_timeout_s=10.0,
+    handshake_timeout_s=5.0,
+    idle_timeout_s=120.0,
+    write_timeout_s=10.0,
+    max_header_bytes=16 * 1024,
+    max_body_bytes=MAX_BODY_BYTES,
+    large_body_bytes=64 * 1024,
+    large_body_slots=2,
+    workers=2,
+    work_budget=PARSE_BUDGET_BYTES,
+)
+"""The HTTPS listener's bounds (``dra_driver.obs.http_server.Limits``)."""
 RELOAD_CHECK_S = 5.0
 """How often, at most, the certificate files are checked for a change."""
+
+# What json.loads allocates, at most, per structural byte (CPython 3.11, 64-bit; measured with
+# tracemalloc and RSS over hostile shapes, tests/unit/test_webhook_limits.py): a list with its
+# first slots, a dict with its first entries, a key's entry (and memo), a value's slot, a string.
+_COST_PER_BYTE: Final = 2  # the body, and the text json.loads decodes it to
+_COST_PER_LIST: Final = 128
+_COST_PER_OBJECT: Final = 232
+_COST_PER_COLON: Final = 56
+_COST_PER_COMMA: Final = 48
+_COST_PER_QUOTE: Final = 32
+
+
+def review_cost(body: bytes) -> int:
+    """An upper bound, in bytes, of what parsing ``body`` as JSON takes, from counts of its structural bytes (C speed)."""
+    return (
+        _COST_PER_BYTE * len(body)
+        + _COST_PER_LIST * body.count(b"[")
+        + _COST_PER_OBJECT * body.count(b"{")
+        + _COST_PER_COLON * body.count(b":")
+        + _COST_PER_COMMA * body.count(b",")
+        + _COST_PER_QUOTE * body.count(b'"')
+    )
+
+
+def _request_cost(request: Request) -> int:
+    return review_cost(request.body) if request.head.path == VALIDATE_PATH else 0
 
 
 class ReviewMetrics(Protocol):
@@ -86,130 +150,107 @@ class TlsFiles:
             return self._context
 
 
-class WebhookServer(ThreadingHTTPServer):
-    """The HTTPS server; ``serve_forever`` until ``shutdown``."""
+class WebhookServer:
+    """The HTTPS server: bound at construction (OSError if it cannot be); ``serve_forever`` until ``shutdown``."""
 
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, address: tuple[str, int], *, tls: TlsFiles, driver: str, metrics: ReviewMetrics | None = None) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    def __init__(
+        self,
+        address: tuple[str, int],
+        *,
+        tls: TlsFiles,
+        driver: str,
+        metrics: ReviewMetrics | None = None,
+        limits: Limits = REVIEW_LIMITS,
+    ) -> None:
         self.tls = tls
         self.driver = driver
         self.metrics = metrics
-        super().__init__(address, _Handler)
+        self._http = HttpServer("webhook", address[0], address[1], _ReviewApp(self), limits, tls=tls.context, cost=_request_cost)
 
     @property
     def port(self) -> int:
         """The bound port (useful with port 0)."""
-        return int(self.server_address[1])
+        return self._http.port
 
-    def get_request(self) -> tuple[Any, Any]:
-        """Accept a connection and wrap it in TLS; the handshake happens later, in its own thread."""
-        sock, addr = self.socket.accept()
-        sock.settimeout(CONNECTION_TIMEOUT_S)
-        try:
-            return self.tls.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
-        except (OSError, ssl.SSLError):
-            sock.close()
-            raise
+    @property
+    def max_connections(self) -> int:
+        """The connection cap in force (the wanted one, lowered to fit the open-files limit)."""
+        return self._http.max_connections
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        """Complete the TLS handshake, then serve the connection's requests."""
-        try:
-            request.do_handshake()
-        except (OSError, ssl.SSLError) as err:
-            log.debug("tls_handshake_failed", client=str(client_address[0]), error=str(err))
-            return
-        super().finish_request(request, client_address)
+    @property
+    def stats(self) -> ServerStats:
+        """Connection and request counts since the start."""
+        return self._http.stats
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A connection failed outside a request handler (a reset, a TLS error): log it, keep serving."""
-        log.warning("connection_failed", client=str(client_address[0]), exc_info=True)
+    def serve_forever(self) -> None:
+        """Serve in this thread until ``shutdown``."""
+        self._http.serve_forever()
+
+    def shutdown(self) -> None:
+        """Stop accepting; reviews being answered finish (up to 5 s); returns once stopped."""
+        self._http.stop()
+
+    def server_close(self) -> None:
+        """Nothing left to close after ``shutdown`` (kept for callers written for socketserver)."""
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: WebhookServer
-    protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses its connections
-    server_version = "dra-gpu-webhook"
-    sys_version = ""
+class _ReviewApp:
+    """The routes, for ``dra_driver.obs.http_server``."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http", client=self.client_address[0], message=format % args)
+    def __init__(self, server: WebhookServer) -> None:
+        self.server = server
 
-    def _reply(self, status: HTTPStatus, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        if self.close_connection:
-            self.send_header("Connection", "close")  # so the client opens a new connection for its next request
-        self.end_headers()
-        self.wfile.write(body)
+    def _report(self, verdict: Verdict | None, start: float) -> None:
+        if self.server.metrics is not None:
+            self.server.metrics.reviewed(*_outcome(verdict), time.perf_counter() - start)
 
-    def _text(self, status: HTTPStatus, text: str) -> None:
-        self._reply(status, (text + "\n").encode())
+    def check(self, head: RequestHead) -> Response | None:
+        """Refusals decided from the request line and headers, before the body is read."""
+        if head.method == "GET":
+            return None
+        if head.method != "POST" or head.path != VALIDATE_PATH:
+            return text(HTTPStatus.NOT_FOUND, f"no such path; POST {VALIDATE_PATH}, GET /readyz")
+        start = time.perf_counter()
+        refusal: Response | None = None
+        media = head.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        length = head.headers.get("content-length")
+        if media != "application/json":
+            refusal = text(
+                HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"Content-Type must be application/json, got {media[:100] or 'none'!r}"
+            )
+        elif length is None or not length.isdigit():
+            refusal = text(HTTPStatus.LENGTH_REQUIRED, "a Content-Length is required")
+        elif int(length) > MAX_BODY_BYTES:
+            refusal = text(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body larger than {MAX_BODY_BYTES} bytes")
+        if refusal is not None:
+            self._report(None, start)
+            return replace(refusal, close=True)
+        return None
 
-    def _route(self) -> str:
-        return self.path.split("?", 1)[0]  # the API server adds ?timeout=<n>s
-
-    def do_GET(self) -> None:
-        """Health endpoints: the server answers, so it is ready and alive."""
-        if self._route() in ("/readyz", "/livez"):
-            self._text(HTTPStatus.OK, "ok")
-        else:
-            self._text(HTTPStatus.NOT_FOUND, f"no such path; POST {VALIDATE_PATH}, GET /readyz")
-
-    def do_POST(self) -> None:
-        """Validate one AdmissionReview."""
-        if self._route() != VALIDATE_PATH:
-            self.close_connection = True  # its body is unread: the connection cannot carry another request
-            self._text(HTTPStatus.NOT_FOUND, f"no such path; POST {VALIDATE_PATH}")
-            return
+    def handle(self, request: Request) -> Response:
+        """Health endpoints, or one AdmissionReview."""
+        if request.head.method == "GET":
+            if request.head.path in ("/readyz", "/livez"):
+                return text(HTTPStatus.OK, "ok")
+            return text(HTTPStatus.NOT_FOUND, f"no such path; POST {VALIDATE_PATH}, GET /readyz")
         start = time.perf_counter()
         verdict: Verdict | None = None
         try:
-            verdict = self._validate()
+            verdict, answer = self._validate(request)
         except Exception:
             log.exception("admission_review_crashed")
-            self.close_connection = True
-            self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; see the webhook's log")
-        finally:
-            if self.server.metrics is not None:
-                self.server.metrics.reviewed(*_outcome(verdict), time.perf_counter() - start)
+            answer = text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; see the webhook's log", close=True)
+        self._report(verdict, start)
+        return answer
 
-    def _validate(self) -> Verdict | None:  # noqa: PLR0911 - one early answer per way a request is refused
-        """Read, review and answer the request; the verdict, or None when it got none (an error answered)."""
-        media = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
-        if media != "application/json":
-            self.close_connection = True
-            self._text(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"Content-Type must be application/json, got {media or 'none'!r}")
-            return None
-        length_header = self.headers.get("Content-Length")
-        if length_header is None or not length_header.isdigit():
-            self.close_connection = True
-            self._text(HTTPStatus.LENGTH_REQUIRED, "a Content-Length is required")
-            return None
-        length = int(length_header)
-        if length > MAX_BODY_BYTES:
-            self.close_connection = True
-            self._text(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body larger than {MAX_BODY_BYTES} bytes")
-            return None
+    def _validate(self, request: Request) -> tuple[Verdict | None, Response]:
+        """Review and answer the request; the verdict (None when it got none) and the answer."""
+        client = request.head.client
         try:
-            body = self.rfile.read(length)
-        except OSError as err:  # a client that stalls or hangs up mid-body: nobody to answer
-            log.warning("admission_review_unread", client=self.client_address[0], error=str(err))
-            self.close_connection = True
-            return None
-        if len(body) < length:
-            log.warning("admission_review_truncated", client=self.client_address[0], expected=length, got=len(body))
-            self.close_connection = True
-            return None
-        try:
-            verdict = review(body, self.server.driver)
+            verdict = review(request.body, self.server.driver)
         except BadReview as err:
-            log.warning("bad_admission_review", client=self.client_address[0], error=str(err))
-            self._text(HTTPStatus.BAD_REQUEST, str(err))
-            return None
+            log.warning("bad_admission_review", client=client, error=str(err))
+            return None, text(HTTPStatus.BAD_REQUEST, str(err))
         log.info(
             "admission_reviewed",
             uid=verdict.uid,
@@ -222,8 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
             **({"message": verdict.message} if verdict.message else {}),
             **({"warnings": list(verdict.warnings)} if verdict.warnings else {}),
         )
-        self._reply(HTTPStatus.OK, _json(verdict.response()), "application/json")
-        return verdict
+        return verdict, Response(HTTPStatus.OK, _json(verdict.response()), "application/json")
 
 
 def _outcome(verdict: Verdict | None) -> tuple[str, str]:

@@ -1,9 +1,11 @@
 """Prometheus metrics of the dra-gpu daemons: one registry per process, one class per daemon's metric set.
 
 Called by the daemons' ``main`` (``kubelet_plugin.main``, ``controller.main``, ``webhook.main``):
-each makes a registry (``new_registry``), the metric sets it needs on it, and serves it over
-plain HTTP with ``serve_metrics`` (``--metrics-port``/``METRICS_PORT``, ``--metrics-address``/
-``METRICS_ADDRESS``; -1 is off). The code that observes calls a set through a small Protocol of
+each makes a registry (``new_registry``), the metric sets it needs on it, and serves it with
+``serve_metrics`` (``--metrics-port``/``METRICS_PORT``, ``--metrics-address``/``METRICS_ADDRESS``;
+-1 is off) on the bounded server of ``dra_driver.obs.http_server`` (``METRICS_LIMITS``: a
+connection cap, deadlines, two threads; a scrape flood cannot take the daemon's threads or
+descriptors). The code that observes calls a set through a small Protocol of
 its own and never imports this module: ``kubelet_plugin.servicer`` (``PluginMetrics``),
 ``dra_driver.appkit.publisher`` (``PublisherMetrics``), ``webhook.server`` (``WebhookMetrics``).
 The kubelet plugin imports this module only after its DRA sockets serve (prometheus_client takes
@@ -24,11 +26,12 @@ Device health metrics will join this module as a set of their own.
 
 from __future__ import annotations
 
+import gzip
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
-from wsgiref.simple_server import WSGIServer
+from urllib.parse import parse_qs
 
 import structlog
 from prometheus_client import (
@@ -40,15 +43,16 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
-    start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from dra_driver.core.checkpoint import ClaimEntry, ClaimState
 from dra_driver.core.health import HealthBook, is_unhealthy
 from dra_driver.obs.claim_errors import CLAIM_ERROR_REASONS, claim_error_reason
+from dra_driver.obs.http_server import Authorize, HttpServer, Limits, Request, RequestHead, Response, TlsSource, text
 from dra_driver.obs.ports import IPV6_MISSING, METRICS_FLAGS, bind_host
 
 log = structlog.get_logger(__name__)
@@ -401,46 +405,87 @@ class WebhookMetrics:
 
 # -- the HTTP server ----------------------------------------------------------------------------
 
+METRICS_LIMITS: Final = Limits(
+    max_connections=32,  # Prometheus holds one kept-alive connection per target; a few scrapers and probes
+    request_timeout_s=10.0,
+    handshake_timeout_s=5.0,
+    idle_timeout_s=120.0,  # longer than a scrape interval: a kept-alive scraper is never cut (the cap evicts idle ones)
+    max_body_bytes=0,  # a scrape has no body
+    workers=2,
+)
+"""The /metrics listener's bounds (``dra_driver.obs.http_server``): 2 threads, at most 32 connections."""
+
+
+class MetricsApp:
+    """prometheus-client's exposition of one registry, as its own WSGI app answers (any path; OPTIONS, GET, HEAD)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def check(self, head: RequestHead) -> Response | None:
+        """OPTIONS is answered here; any method but GET and HEAD is 405."""
+        allow = (("Allow", "OPTIONS,GET"),)
+        if head.method == "OPTIONS":
+            return Response(200, headers=allow, content_type=None)
+        if head.method not in ("GET", "HEAD"):
+            return text(405, f"# HTTP 405 Method Not Allowed: {head.method[:32]}; use OPTIONS or GET", headers=allow)
+        return None
+
+    def handle(self, request: Request) -> Response:
+        """The registry's samples in the format the scraper accepts (gzip if it asks), ``name[]`` filtering as upstream."""
+        head = request.head
+        if head.path == "/favicon.ico":
+            return Response(200, content_type=None)
+        encoder, content_type = choose_encoder(head.headers.get("accept", ""))
+        names = parse_qs(head.query).get("name[]")
+        registry = self._registry.restricted_registry(names) if names else self._registry
+        output = encoder(registry)
+        if gzip_accepted(head.headers.get("accept-encoding", "")):
+            return Response(200, gzip.compress(output), content_type, headers=(("Content-Encoding", "gzip"),))
+        return Response(200, output, content_type)
+
 
 @dataclass(slots=True)
 class MetricsServer:
-    """prometheus-client's HTTP server serving one registry's ``/metrics``; ``stop`` at shutdown."""
+    """The bounded HTTP server serving one registry's ``/metrics``; ``stop`` at shutdown."""
 
     port: int
     """The bound port (the one asked for, or the one the system chose for 0)."""
-    _httpd: WSGIServer
-    _thread: threading.Thread
+    server: HttpServer
 
     def stop(self, *, wait: bool = True) -> None:
         """Stop serving and close the socket.
 
-        The serving loop notices within half a second (prometheus-client's poll interval); with
-        ``wait=False`` this returns at once and the socket closes in the background (a daemon's
-        shutdown: its process exits anyway, and its SIGTERM path gets no slower).
+        With ``wait=False`` this returns at once and the socket closes in the background (a
+        daemon's shutdown: its process exits anyway, and its SIGTERM path gets no slower).
         """
-        closer = threading.Thread(target=self._close, name="metrics-stop", daemon=True)
+        closer = threading.Thread(target=self.server.stop, kwargs={"grace_s": 1.0}, name="metrics-stop", daemon=True)
         closer.start()
         if wait:
             closer.join()
 
-    def _close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=1.0)
 
-
-def serve_metrics(registry: CollectorRegistry, address: str, port: int) -> MetricsServer:
+def serve_metrics(
+    registry: CollectorRegistry,
+    address: str,
+    port: int,
+    *,
+    authorize: Authorize | None = None,
+    ssl_context: TlsSource | None = None,
+    limits: Limits = METRICS_LIMITS,
+) -> MetricsServer:
     """Serve ``registry`` on ``address:port`` (0: any free port) from a daemon thread; log ``metrics_listening``.
 
     ``::`` (or ``[::]``) is every address, IPv4 too; on a host without IPv6 it falls back to
-    ``0.0.0.0``. Raises MetricsPortError naming the address, the port and the flags when the
-    port is taken or the address is not this host's.
+    ``0.0.0.0``. ``authorize``: a scrape's headers -> whether to answer it (401 otherwise);
+    ``ssl_context``: serve HTTPS. Raises MetricsPortError naming the address, the port and the
+    flags when the port is taken or the address is not this host's.
     """
     if not 0 <= port <= 65535:
         raise MetricsPortError(f"metrics port {port} is not a port number (0-65535; -1 turns metrics off); set {METRICS_FLAGS}")
     host = bind_host(address)
     try:
-        httpd, thread = _start(registry, host, port)
+        server = HttpServer("metrics", host, port, MetricsApp(registry), limits, tls=ssl_context, authorize=authorize)
     except OSError as err:
         if host != "::" or err.errno not in IPV6_MISSING:
             raise MetricsPortError(
@@ -448,22 +493,32 @@ def serve_metrics(registry: CollectorRegistry, address: str, port: int) -> Metri
                 f"choose another with {METRICS_FLAGS}, or -1 to turn metrics off"
             ) from err
         log.info("metrics_ipv6_unavailable", error=str(err), address="0.0.0.0")  # noqa: S104 - every address, as asked
-        return serve_metrics(registry, "0.0.0.0", port)  # noqa: S104 - every IPv4 address: "::" was asked for
-    bound = int(httpd.server_address[1])
-    log.info("metrics_listening", address=address, port=bound, path="/metrics")
-    return MetricsServer(bound, httpd, thread)
+        every_ipv4 = "0.0.0.0"  # noqa: S104 - every IPv4 address: "::" was asked for
+        return serve_metrics(
+            registry,
+            every_ipv4,
+            port,
+            authorize=authorize,
+            ssl_context=ssl_context,
+            limits=limits,
+        )
+    server.start()
+    log.info("metrics_listening", address=address, port=server.port, path="/metrics", max_connections=server.max_connections)
+    return MetricsServer(server.port, server)
 
 
-def serve_or_log(registry: CollectorRegistry, address: str, port: int) -> MetricsServer | None:
+def serve_or_log(
+    registry: CollectorRegistry,
+    address: str,
+    port: int,
+    *,
+    authorize: Authorize | None = None,
+    ssl_context: TlsSource | None = None,
+    limits: Limits = METRICS_LIMITS,
+) -> MetricsServer | None:
     """``serve_metrics``, or None after logging ``metrics_port_unavailable`` (the daemon then exits 2)."""
     try:
-        return serve_metrics(registry, address, port)
+        return serve_metrics(registry, address, port, authorize=authorize, ssl_context=ssl_context, limits=limits)
     except MetricsPortError as err:
         log.error("metrics_port_unavailable", error=str(err), address=address, port=port)
         return None
-
-
-def _start(registry: CollectorRegistry, host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
-    httpd, thread = start_http_server(port, addr=host, registry=registry)
-    thread.name = "metrics-http"
-    return httpd, thread
