@@ -28,14 +28,19 @@ def _plugin_dir(args: argparse.Namespace) -> Path:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from dra_driver.core.health import HealthRecordError, from_json, health_message, is_unhealthy
+    from dra_driver.core.health import HealthBook, HealthRecordError, from_json, health_message, is_unhealthy, to_json
     from dra_driver.files.health_store import HEALTH_FILE
 
     path = _plugin_dir(args) / HEALTH_FILE
     try:
         book, boot_id, _ = from_json(json.loads(path.read_bytes()))
     except FileNotFoundError:
-        print(f"{path}: no health record (no condition was ever raised, or health monitoring is off)")
+        none = f"{path}: no health record (no condition was ever raised, or health monitoring is off)"
+        if args.output == "json":  # stdout stays JSON: an empty record (no boot), the note on stderr
+            print(none, file=sys.stderr)
+            print(json.dumps(to_json(HealthBook(), ""), indent=2))
+        else:
+            print(none)
         return 0
     except (OSError, ValueError, HealthRecordError) as err:
         print(f"error: {path}: {err}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """``dra-gpu``: the user CLI. ``dra-gpu inventory`` prints the ResourceSlices a node would publish.
 
 Uses the same schema and slice splitting as the publisher, so what it prints is what the API
-server would hold (minus the owner reference, which needs the cluster's Node UID).
+server would hold (minus the owner reference, which needs the cluster's Node UID). Every command's
+stdout holds only its output; log lines (JSON) go to stderr (``dra_driver.obs.logs.configure_cli_logging``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dra_driver.cli.health import add_health_parser
 from dra_driver.cli.top import add_top_parser
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
 from dra_driver.core.mig import MigError, MigStrategy
+from dra_driver.obs.logs import configure_cli_logging
 from dra_driver.sources.fake import PROFILES
 
 
@@ -114,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Console script entry."""
+    configure_cli_logging()  # before anything the command loads can log: stdout is for the output only
     args = build_parser().parse_args(argv)
     rc: int = args.func(args)
     return rc
