@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: all venv k8s images lint check-protos protos unit integration e2e test demo bench bench-scale bench-explain fuzz soak clean
+.PHONY: all venv k8s images lint check-protos protos unit integration e2e test demo bench bench-scale bench-explain fuzz soak gpu-check clean
 
 all: test
 
@@ -107,6 +107,16 @@ bench-explain: venv
 # checkpoint corrupted; prints the counts and every invariant violation (bench/soak/).
 soak: venv k8s
 	$(VENV)/bin/python -m bench.soak
+
+# Every real-GPU check in one run, on a machine with an NVIDIA GPU (scripts/gpu_check.py): the
+# read-only NVML checks, then the real plugin with NVML, a stand-in API server, the kubelet's gRPC
+# calls and a torch workload under the claim's CDI spec. Report in $DRA_GPU_CHECK_OUT (or a new
+# temp folder). Without a GPU it says it did not run and exits 0. Needs no venv and no network:
+# GPU_CHECK_PYTHON (this checkout's .venv if there is one, else python3) must hold the plugin's
+# dependencies; GPU_CHECK_ARGS passes flags (--fake-gpus h100x8: the self-test, anywhere).
+GPU_CHECK_PYTHON ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
+gpu-check:
+	$(GPU_CHECK_PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
