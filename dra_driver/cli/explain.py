@@ -24,7 +24,7 @@ import gc
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,8 @@ from dra_driver.core.shared_json import SharedDecoder
 from dra_driver.schedsim.allocator import Explanation, InvalidObject, explain
 from dra_driver.schedsim.allocator.objects import claim_spec
 from dra_driver.schedsim.allocator.validate import MAX_POD_CLAIMS, Reader, show
-from dra_driver.schedsim.rules import rules_for
+from dra_driver.schedsim.gates import GateError, parse_feature_gates
+from dra_driver.schedsim.rules import NEWEST, Rules, rules_for
 
 if TYPE_CHECKING:
     from dra_driver.kube.explain_api import KubeExplainApi
@@ -310,8 +311,19 @@ def _allocated(c: Any) -> bool:
     return isinstance(status, Mapping) and bool(status.get("allocation"))
 
 
-def run_live(*, target: str, namespace: str, kubeconfig: str | None) -> list[tuple[str, Explanation]]:
-    """Read the object, slices, classes and allocated claims from the API server and explain."""
+def run_live(
+    *,
+    target: str,
+    namespace: str,
+    kubeconfig: str | None,
+    gates: Mapping[str, bool] | None = None,
+    note: Callable[[str], None] | None = None,
+) -> list[tuple[str, Explanation]]:
+    """Read the object, slices, classes and allocated claims from the API server and explain.
+
+    The answers are kube-scheduler's of the server's release with ``gates`` (its ``--feature-gates``;
+    default: the release's defaults); ``note`` is told which gate values that assumes.
+    """
     from dra_driver.kube.explain_api import KubeApiError, connect  # lazy: offline use never loads kubernetes
 
     kind, name = parse_target(target)
@@ -329,13 +341,17 @@ def run_live(*, target: str, namespace: str, kubeconfig: str | None) -> list[tup
             mine = {_uid(c) for c in claims} - {""}
             allocated = [c for c in claims_f.result() if _allocated(c) and _uid(c) not in mine]
             labels = labels_f.result()
-            rules = rules_for(minor_f.result())  # the server's release; unknown or newer: the newest rules
+            rules = rules_for(minor_f.result(), gates)  # the server's release; unknown or newer: the newest rules
+        if note is not None:
+            note(f"note: kube-scheduler {rules.version} feature gates assumed: {rules.describe_gates()}")
         return [(label, explain(claims, slice_objs, class_map, allocated, labels, rules=rules))]
     except KubeApiError as err:
         what = f"{kind} {namespace}/{name} not found" if err.not_found else str(err)
         raise InputError(what) from None
     except InvalidObject as err:
         raise InputError(str(err)) from None
+    except GateError as err:
+        raise InputError(f"--feature-gates: {err}") from None
 
 
 def default_kubeconfig() -> str | None:
@@ -348,7 +364,11 @@ def default_kubeconfig() -> str | None:
 
 
 def explain_objects(
-    manifests: Sequence[Any], slices: Sequence[Any], classes: Sequence[Any] | None = None, allocated: Sequence[Any] = ()
+    manifests: Sequence[Any],
+    slices: Sequence[Any],
+    classes: Sequence[Any] | None = None,
+    allocated: Sequence[Any] = (),
+    rules: Rules = NEWEST,
 ) -> list[tuple[str, Explanation]]:
     """Explain each workload of the parsed documents (what :func:`load_objects` returns for each file).
 
@@ -366,20 +386,24 @@ def explain_objects(
             for i, c in enumerate(_of_kind(classes, "DeviceClass")):
                 class_map[_ident(c, "DeviceClass", i)[2]] = c
         alloc_objs = _of_kind(allocated, "ResourceClaim")
-        return [(label, explain(claims, slice_objs, class_map, alloc_objs)) for label, claims in workloads(manifests, alloc_objs)]
+        return [
+            (label, explain(claims, slice_objs, class_map, alloc_objs, rules=rules))
+            for label, claims in workloads(manifests, alloc_objs)
+        ]
     except InvalidObject as err:
         raise InputError(str(err)) from None
 
 
 def run_explain(
-    *, manifests: str, slices: str, classes: str | None = None, allocated: str | None = None
+    *, manifests: str, slices: str, classes: str | None = None, allocated: str | None = None, rules: Rules = NEWEST
 ) -> list[tuple[str, Explanation]]:
-    """Load the files and explain each workload in them."""
+    """Load the files and explain each workload in them (as ``rules``' scheduler: default, the newest release's defaults)."""
     return explain_objects(
         load_objects(manifests),
         load_objects(slices),
         load_objects(classes) if classes else None,
         load_objects(allocated) if allocated else [],
+        rules,
     )
 
 
@@ -412,10 +436,23 @@ def _explain_cmd(args: argparse.Namespace) -> int:
 def _explain_and_print(args: argparse.Namespace, live: bool) -> int:
     """Explain and print the results; the exit code (see :func:`_explain_cmd`)."""
     try:
+        gates = parse_feature_gates(args.feature_gates) if args.feature_gates else None
         if live:
-            results = run_live(target=args.target, namespace=args.namespace, kubeconfig=args.kubeconfig or default_kubeconfig())
+            results = run_live(
+                target=args.target,
+                namespace=args.namespace,
+                kubeconfig=args.kubeconfig or default_kubeconfig(),
+                gates=gates,
+                note=lambda text: print(text, file=sys.stderr),
+            )
         else:
-            results = run_explain(manifests=args.filename, slices=args.slices, classes=args.classes, allocated=args.allocated)
+            rules = rules_for(None, gates)
+            results = run_explain(
+                manifests=args.filename, slices=args.slices, classes=args.classes, allocated=args.allocated, rules=rules
+            )
+    except GateError as err:
+        print(f"dra-gpu explain: --feature-gates: {err}", file=sys.stderr)
+        return 2
     except InputError as err:
         print(f"dra-gpu explain: {err}", file=sys.stderr)
         return 2
@@ -448,5 +485,11 @@ def add_explain_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--classes", help="DeviceClasses YAML (default: one class per driver, named like the driver)")
     p.add_argument("--allocated", help="ResourceClaims with status.allocation already in the cluster")
     p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    p.add_argument(
+        "--feature-gates",
+        metavar="GATES",
+        help="kube-scheduler's --feature-gates (Foo=true,Bar=false) where the cluster changed them "
+        "(default: the release's defaults; offline: the newest release's)",
+    )
     p.set_defaults(func=_explain_cmd)
     return p

@@ -17,6 +17,7 @@ from dra_driver.schedsim.rules import NEWEST, NEWEST_MINOR, Rules, minor_of, rul
 
 DRIVER = "gpu.dra-gpu.dev"
 R34, R35, R36, R37 = (rules_for(m) for m in (34, 35, 36, 37))
+R37F = rules_for(37, {"DRAFractionalCapacityRange": True})  # the gate is off in a stock 1.37 scheduler
 CLASS = {"metadata": {"name": "any"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}
 
 
@@ -135,22 +136,31 @@ def test_distinct_attribute_remembers_every_value_from_1_37() -> None:
     assert allocate(R37, slices, c) is None
 
 
-def test_a_fractional_valid_range_rounds_in_milli_units_from_1_37() -> None:
+def test_a_fractional_valid_range_rounds_in_milli_units_only_with_the_fractional_capacity_range_gate() -> None:
     policy = {"default": "1", "validRange": {"min": "100m", "step": "100m"}}
     shared = device("gpu-0", allowMultipleAllocations=True, capacity={"cores": {"value": "1", "requestPolicy": policy}})
     c = claim(request(capacity={"requests": {"cores": "250m"}}))
     assert allocate(R36, [slice_("s", [shared])], c) == [(f"{DRIVER}/p/gpu-0", {"cores": "1"})]
-    assert allocate(R37, [slice_("s", [shared])], c) == [(f"{DRIVER}/p/gpu-0", {"cores": "3/10"})]
+    assert allocate(R37, [slice_("s", [shared])], c) == [(f"{DRIVER}/p/gpu-0", {"cores": "1"})]  # stock 1.37: gate off
+    assert allocate(R37F, [slice_("s", [shared])], c) == [(f"{DRIVER}/p/gpu-0", {"cores": "3/10"})]
 
 
-def test_a_request_the_range_cannot_represent_aborts_from_1_37() -> None:
+def test_the_fractional_capacity_range_gate_is_beta_but_off_in_a_stock_1_37_scheduler() -> None:
+    # On only where the minimum compatibility version is 1.37; kube-scheduler 1.37 runs with 1.36.
+    assert not R37.fractional_capacity and R37.gate("DRAFractionalCapacityRange") is False
+    assert R37F.fractional_capacity and R37F.overridden == ("DRAFractionalCapacityRange",)
+    assert R37.variant == R37F.variant == "incubating"
+
+
+def test_a_request_the_range_cannot_represent_in_milli_units_aborts_with_the_gate() -> None:
     policy = {"default": "100m", "validRange": {"min": "100m", "step": "100m"}}
     shared = device("gpu-0", allowMultipleAllocations=True, capacity={"cores": {"value": "1", "requestPolicy": policy}})
     c = claim(request(capacity={"requests": {"cores": "150u"}}))
     assert allocate(R36, [slice_("s", [shared])], c) == [(f"{DRIVER}/p/gpu-0", {"cores": "1/10"})]
-    assert allocate(R37, [slice_("s", [shared])], c) == [(f"{DRIVER}/p/gpu-0", {"cores": "1/10"})]  # below min: min
+    assert allocate(R37F, [slice_("s", [shared])], c) == [(f"{DRIVER}/p/gpu-0", {"cores": "1/10"})]  # below min: min
     c = claim(request(capacity={"requests": {"cores": "150100u"}}))
-    assert allocate(R37, [slice_("s", [shared])], c) == (
+    assert allocate(R37, [slice_("s", [shared])], c) == [(f"{DRIVER}/p/gpu-0", {"cores": "1"})]  # Value() arithmetic
+    assert allocate(R37F, [slice_("s", [shared])], c) == (
         f'claim ns/c, request gpu: checking capacity for device {DRIVER}/p/gpu-0: capacity "cores": capacity request cannot be '
         "represented in the device's range arithmetic: request 150100u is not a representable milli value"
     )

@@ -45,11 +45,14 @@ class CapacityError(Exception):
     """A request's capacity cannot be computed (Kubernetes 1.37+): the scheduler aborts the attempt with this text."""
 
 
-def consumed_capacity(req_val: Quantity | None, cap: Mapping[str, Any], *, fractional: bool = False) -> Quantity:  # noqa: PLR0911 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
+def consumed_capacity(  # noqa: PLR0911 - mirrors the Go allocator's function branch for branch, so the differential test can be read against it
+    req_val: Quantity | None, cap: Mapping[str, Any], *, fractional: bool = False, milli: bool = False
+) -> Quantity:
     """``calculateConsumedCapacity``: the request rounded up to the policy, else the default, else all.
 
-    ``fractional``: Kubernetes 1.37's rounding (FractionalCapacityRange), which raises
-    :class:`CapacityError` for a request it cannot represent; before, ``Value()`` arithmetic only.
+    ``fractional``: Kubernetes 1.37's rounding, which raises :class:`CapacityError` for a request it
+    cannot represent and keeps the step's format; before, ``Value()`` arithmetic only. ``milli``
+    (DRAFractionalCapacityRange on): a range exact in milli units rounds in milli units.
     """
     policy = cap.get("requestPolicy")
     if req_val is None:
@@ -66,7 +69,7 @@ def consumed_capacity(req_val: Quantity | None, cap: Mapping[str, Any], *, fract
         if rng.get("step") is None:
             return req_val
         if fractional:
-            return _round_up_range(req_val, lo, qty(rng["step"]), _use_milli(rng))
+            return _round_up_range(req_val, lo, qty(rng["step"]), milli and _use_milli(rng))
         r, step, m = _int_value(req_val), _int_value(qty(rng["step"])), _int_value(lo)
         added = r - m
         n = _go_div(added, step)
@@ -167,9 +170,9 @@ def _same_quantity(a: Quantity, b: Quantity) -> bool:
     return a.small and b.small and a.unscaled == b.unscaled and a.exp == b.exp and a.format == b.format
 
 
-def _off_step(consumed: Quantity, rng: Mapping[str, Any], fractional: bool) -> bool:
-    """``violateValidRange``'s step check: not min plus a multiple of the step (1.37: in milli units where it can)."""
-    if fractional and _use_milli(rng):
+def _off_step(consumed: Quantity, rng: Mapping[str, Any], milli: bool) -> bool:
+    """``violateValidRange``'s step check: not min plus a multiple of the step (``milli``: in milli units where it can)."""
+    if milli and _use_milli(rng):
         value = _milli(consumed)
         step, lo = _milli(qty(rng["step"])) or 1, _milli(qty(rng.get("min", "0"))) or 0
         return value is None or (value - lo) - _go_div(value - lo, step) * step != 0
@@ -178,8 +181,8 @@ def _off_step(consumed: Quantity, rng: Mapping[str, Any], fractional: bool) -> b
     return bool(step) and (added - _go_div(added, step) * step) != 0
 
 
-def _violates(consumed: Quantity, policy: Mapping[str, Any] | None, *, fractional: bool = False) -> bool:
-    """``violatesPolicy`` (``fractional``: 1.37's milli-unit step check where the range allows it)."""
+def _violates(consumed: Quantity, policy: Mapping[str, Any] | None, *, milli: bool = False) -> bool:
+    """``violatesPolicy`` (``milli``: DRAFractionalCapacityRange's milli-unit step check where the range allows it)."""
     if not policy:
         return False
     if policy.get("default") is not None and _same_quantity(consumed, qty(policy["default"])):
@@ -188,7 +191,7 @@ def _violates(consumed: Quantity, policy: Mapping[str, Any] | None, *, fractiona
     if rng is not None:
         if rng.get("max") is not None and consumed.cmp(qty(rng["max"])) > 0:
             return True
-        return rng.get("step") is not None and _off_step(consumed, rng, fractional)
+        return rng.get("step") is not None and _off_step(consumed, rng, milli)
     vals = policy.get("validValues") or []
     return bool(vals) and not any(consumed.cmp(qty(v)) == 0 for v in vals)
 
@@ -200,11 +203,13 @@ def capacity_fits(
     allocating: dict[str, Quantity] | None,
     *,
     fractional: bool = False,
+    milli: bool = False,
 ) -> tuple[bool, str]:
     """``CmpRequestOverCapacity``: (fits, why not).
 
     ``fractional`` (Kubernetes 1.37+): every capacity is resolved first, and one that cannot be
     represented, or comes out negative, raises :class:`CapacityError` (the scheduler aborts).
+    ``milli``: DRAFractionalCapacityRange (see :func:`consumed_capacity`).
     """
     caps: Mapping[str, Any] = device.get("capacity") or {}
     for name in req.capacity:
@@ -214,7 +219,7 @@ def capacity_fits(
     if fractional:
         for name, cap in caps.items():
             try:
-                consumed = consumed_capacity(req.capacity.get(name), cap, fractional=True)
+                consumed = consumed_capacity(req.capacity.get(name), cap, fractional=True, milli=milli)
             except CapacityError as err:
                 raise CapacityError(f"capacity {json.dumps(name)}: {err}") from None
             if consumed.sign() < 0:
@@ -222,7 +227,7 @@ def capacity_fits(
             resolved[name] = consumed
     for name, cap in caps.items():
         consumed = resolved[name] if fractional else consumed_capacity(req.capacity.get(name), cap)
-        if _violates(consumed, cap.get("requestPolicy"), fractional=fractional):
+        if _violates(consumed, cap.get("requestPolicy"), milli=milli):
             return False, f"capacity {name}: request {consumed.fraction()} violates the request policy"
         total = consumed
         if used and name in used:

@@ -2,8 +2,15 @@
 
 Called by the allocator (``simulate.py``), which adds each device it picks to every constraint of
 the claim and removes it again when it backtracks. Attributes are looked up as the Go allocator
-looks them up (a bare name is the driver's); its quirks are kept (before Kubernetes 1.37, distinct
-values are kept one per request name; from 1.37 every value taken is kept).
+looks them up (a bare name is the driver's) and compared as its scalar comparison does (the
+incubating and experimental allocators at every release's default gates): a value is its first
+scalar, a string, int, bool or version in that order; any other value (a list-typed attribute, or
+one with no value a release knows) is *non-scalar*. The first device of a constraint is always
+accepted, whatever its value; after it, ``matchAttribute`` accepts only a scalar equal to the
+first's, and ``distinctAttribute`` refuses a non-scalar and a scalar equal to one taken, while a
+taken non-scalar never conflicts with a later scalar. Its quirks are kept: before Kubernetes 1.37
+distinct values are kept one per request name (from 1.37 every value taken), and in 1.34 distinct
+scalars are compared by pointer, so two devices never share one.
 """
 
 from __future__ import annotations
@@ -25,22 +32,44 @@ def _lookup_attribute(d: Mapping[str, Any], driver: str, name: str) -> Mapping[s
     return None
 
 
-def _attr_key(a: Mapping[str, Any]) -> tuple[str, Any] | None:
+class _NonScalar:
+    """The value of an attribute with no scalar (a list, or nothing the release knows): equal to no other."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<non-scalar>"
+
+
+NON_SCALAR: Any = _NonScalar()
+
+
+def attr_key(a: Mapping[str, Any]) -> tuple[str, Any] | Any:
+    """(kind, value) of the attribute's first scalar, in the Go comparison's order; else :data:`NON_SCALAR`."""
     for t in ("string", "int", "bool", "version"):
-        if t in a:
+        if a.get(t) is not None:
             return t, a[t]
-    return None
+    return NON_SCALAR
 
 
 class Constraint:
     """matchAttribute / distinctAttribute with the allocator's bookkeeping quirks."""
 
-    def __init__(self, requests: set[str], attribute: str, *, distinct: bool, every_value: bool = True) -> None:
+    def __init__(
+        self,
+        requests: set[str],
+        attribute: str,
+        *,
+        distinct: bool,
+        every_value: bool = True,
+        pointer_compare: bool = False,
+    ) -> None:
         self.requests, self.attribute, self.distinct = requests, attribute, distinct
         self.every_value = every_value  # distinct, 1.37+: every value taken, in order (else one per request name)
-        self.taken: list[tuple[str, Any]] = []
-        self.values: dict[str, tuple[str, Any]] = {}  # distinct before 1.37: one value per request name (a known quirk)
-        self.first: tuple[str, Any] | None = None
+        self.pointer_compare = pointer_compare  # distinct, 1.34: scalars compared by pointer (never equal)
+        self.taken: list[Any] = []
+        self.values: dict[str, Any] = {}  # distinct before 1.37: one value per request name (a known quirk)
+        self.first: Any = None
         self.n = 0
 
     def _applies(self, req: Request) -> bool:
@@ -53,32 +82,34 @@ class Constraint:
         if not self._applies(req):
             return True
         attr = _lookup_attribute(d, did[0], self.attribute)
-        key = _attr_key(attr) if attr is not None else None
-        if key is None or (self.distinct and self.every_value):
-            return key is not None and self._take(key)
-        if self.n == 0:
+        if attr is None:
+            return False
+        key = attr_key(attr)
+        if self.distinct and self.every_value:
+            ok = not self._conflicts(key, self.taken)
+            if ok:
+                self.taken.append(key)
+        elif self.n == 0:  # the first device can always get picked
+            ok = True
             if self.distinct:
                 self.values[req.base] = key
             else:
                 self.first = key
-            self.n = 1
-            return True
-        if self.distinct:
-            if any(v == key for v in self.values.values()):
-                return False
-            self.values[req.base] = key
-        elif key != self.first:
-            return False
-        self.n += 1
-        return True
+        elif self.distinct:
+            ok = not self._conflicts(key, list(self.values.values()))
+            if ok:
+                self.values[req.base] = key
+        else:
+            ok = key is not NON_SCALAR and key == self.first
+        if ok:
+            self.n += 1
+        return ok
 
-    def _take(self, key: tuple[str, Any]) -> bool:
-        """A distinct value, from 1.37: one not taken yet joins the others."""
-        if key in self.taken:
-            return False
-        self.taken.append(key)
-        self.n += 1
-        return True
+    def _conflicts(self, key: Any, taken: list[Any]) -> bool:
+        """``matchesAttribute`` of distinct: a non-scalar against any value taken, a scalar against an equal one."""
+        if key is NON_SCALAR:
+            return bool(taken)
+        return not self.pointer_compare and key in taken
 
     def remove(self, req: Request) -> None:
         """Undo the latest :meth:`add` for ``req``."""

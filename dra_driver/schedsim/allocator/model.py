@@ -48,6 +48,7 @@ class Request:
     tolerations: Sequence[Mapping[str, Any]]
     capacity: dict[str, Quantity]
     has_capacity: bool = False  # the request sets ``capacity`` (even empty)
+    derived_attributes: int = 0  # how many ``derivedAttributes`` it defines (1.37+)
 
     @property
     def own_name(self) -> str:
@@ -71,6 +72,7 @@ class Request:
             tolerations=list(spec.get("tolerations") or []),
             capacity=caps,
             has_capacity=spec.get("capacity") is not None,
+            derived_attributes=len(spec.get("derivedAttributes") or ()),
         )
 
 

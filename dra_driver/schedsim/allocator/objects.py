@@ -18,10 +18,12 @@ from dra_driver.schedsim.allocator.validate import (
     MAX_ATTRIBUTE_VALUES,
     MAX_ATTRIBUTES_AND_CAPACITIES,
     MAX_BINDING_CONDITIONS,
+    MAX_COMPATIBILITY_GROUPS,
     MAX_CONSTRAINTS,
     MAX_CONSUMPTIONS_PER_DEVICE,
     MAX_COUNTER_SETS,
     MAX_COUNTERS_PER_SET,
+    MAX_DERIVED_ATTRIBUTES,
     MAX_DEVICES_PER_SLICE,
     MAX_EXPRESSION_LENGTH,
     MAX_NAME_LENGTH,
@@ -202,6 +204,11 @@ def _device(r: Reader, v: Any, path: str) -> dict[str, Any]:
             ccm = r.obj(cc, ccp)
             consumption: dict[str, Any] = {"counters": _counters(r, ccm.get("counters"), f"{ccp}.counters")}
             _put(consumption, "counterSet", r.text(ccm.get("counterSet"), f"{ccp}.counterSet"))
+            if ccm.get("compatibilityGroups") is not None:  # 1.37+, alpha: the allocator asks only whether there are any
+                groups = r.seq(ccm["compatibilityGroups"], f"{ccp}.compatibilityGroups", MAX_COMPATIBILITY_GROUPS)
+                consumption["compatibilityGroups"] = [
+                    r.text(g, f"{ccp}.compatibilityGroups[{j}]", MAX_NAME_LENGTH) or "" for j, g in enumerate(groups)
+                ]
             ccs.append(consumption)
         out["consumesCounters"] = ccs
     if m.get("taints") is not None:
@@ -317,6 +324,16 @@ def _request_body(r: Reader, m: Mapping[str, Any], path: str) -> dict[str, Any]:
             _put(tol, "tolerationSeconds", r.integer(tm.get("tolerationSeconds"), f"{tp}.tolerationSeconds"))
             tols.append(tol)
         out["tolerations"] = tols
+    if m.get("derivedAttributes") is not None:  # 1.37+, alpha: refused while DRADerivedAttributes is off
+        derived = []
+        for i, a in enumerate(r.seq(m["derivedAttributes"], f"{path}.derivedAttributes", MAX_DERIVED_ATTRIBUTES)):
+            ap = f"{path}.derivedAttributes[{i}]"
+            am = r.obj(a, ap)
+            attr: dict[str, Any] = {}
+            _put(attr, "name", r.text(am.get("name"), f"{ap}.name"))
+            _put(attr, "expression", r.text(am.get("expression"), f"{ap}.expression", MAX_EXPRESSION_LENGTH))
+            derived.append(attr)
+        out["derivedAttributes"] = derived
     if m.get("capacity") is not None:
         cm = r.obj(m["capacity"], f"{path}.capacity")
         reqs = r.obj(cm.get("requests"), f"{path}.capacity.requests", MAX_ATTRIBUTES_AND_CAPACITIES)

@@ -198,6 +198,11 @@ def _relevant(sp: Mapping[str, Any], node: str | None, labels: Mapping[str, str]
     return False
 
 
+def uses_compatibility_groups(sp: Mapping[str, Any]) -> bool:
+    """``sliceUsesCompatibilityGroups`` (its spec): a device's counter consumption names compatibility groups."""
+    return any(cc.get("compatibilityGroups") for d in sp.get("devices") or [] for cc in d.get("consumesCounters") or [])
+
+
 def gather_pools(
     slices: Sequence[Mapping[str, Any]],
     node: str | None,
@@ -213,6 +218,10 @@ def gather_pools(
     first one gathered. From 1.37 a counter-set slice is gathered by its node selection like any
     other; a pool that lacks it on this node is completed from all its slices.
 
+    With 1.37's DRADeviceCompatibilityGroups off, a slice whose devices declare compatibility groups
+    is ignored (before it is looked at, and when a pool is completed from all its slices), so its
+    pool is incomplete.
+
     ``index``: the same ``slices`` filed by :class:`SliceIndex` for the same ``rules`` (the answer is
     the same; with many nodes it saves reading every slice for each node).
     """
@@ -220,10 +229,13 @@ def gather_pools(
     if index is None:
         index = SliceIndex(slices, rules)
     always = index.always
+    ignore = rules.ignores_compatibility_groups
     # Slices of other nodes never match this one: the node's own, then the rest.
     own = index.by_node.get(node, []) if node is not None else []
     for s in [*own, *index.rest]:
         sp = slice_spec(s)
+        if ignore and uses_compatibility_groups(sp):
+            continue
         if not _relevant(sp, node, labels, always):
             continue
         pid = (str(sp.get("driver") or ""), str((sp.get("pool") or {}).get("name") or ""))
@@ -242,11 +254,9 @@ def gather_pools(
             same = index.by_pool.get((driver, name), [])
             if any(_generation(s) > gen for s in same):
                 continue  # obsolete
-            all_slices = [s for s in same if _generation(s) == gen]
-            if len(all_slices) != want:
-                pools.append(
-                    Pool(driver, name, incomplete=f"pool {driver}/{name} is incomplete: {len(all_slices)} of {want} slices")
-                )
+            all_slices, why = _whole_pool(driver, name, [s for s in same if _generation(s) == gen], want, ignore)
+            if why:
+                pools.append(Pool(driver, name, incomplete=why))
                 continue
         pools.append(_build_pool(driver, name, mine, all_slices, rules, index.counter_checks, index.counter_values))
     # By (driver, pool), complete pools with binding-condition devices after all others (the
@@ -254,6 +264,27 @@ def gather_pools(
     if len(pools) > 1:  # (one pool, the usual node: nothing to order, no device to scan for binding conditions)
         pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
     return pools
+
+
+def _whole_pool(
+    driver: str, name: str, current: list[Mapping[str, Any]], want: int, ignore: bool
+) -> tuple[list[Mapping[str, Any]], str]:
+    """The pool's slices at its generation (``current``) that count, and why the pool is incomplete ("" if it is not).
+
+    ``ignore``: slices whose devices declare compatibility groups do not count (1.37, gate off).
+    """
+    ignored = [s for s in current if ignore and uses_compatibility_groups(slice_spec(s))]
+    if ignored:
+        current = [s for s in current if not any(s is i for i in ignored)]
+    if len(current) == want:
+        return current, ""
+    why = f"pool {driver}/{name} is incomplete: {len(current)} of {want} slices"
+    if ignored:
+        names = ", ".join(str((s.get("metadata") or {}).get("name", "")) for s in ignored)
+        why += (
+            f" (ignored: {names}, whose devices declare compatibility groups while the DRADeviceCompatibilityGroups gate is off)"
+        )
+    return current, why
 
 
 def _other_slices(

@@ -66,9 +66,9 @@ class ShapeCache:
     projections: dict[tuple[int, str], dict[tuple[Any, ...], SelectorOutcome | None]] = field(default_factory=dict)
     # Devices whose outcome was found by projection, without a view: kept alive, so their parts' ids in outcomes stay theirs.
     alive: list[Any] = field(default_factory=list)
-    # (id of capacity, fractional) -> (the capacity, kept alive; capacity_fits' answer; its error, or None),
-    # for requests that ask for no capacity on devices nothing uses yet.
-    capacity: dict[tuple[int, bool], tuple[Any, tuple[bool, str], str | None]] = field(default_factory=dict)
+    # (id of capacity, 1.37's arithmetic, milli units) -> (the capacity, kept alive; capacity_fits' answer; its
+    # error, or None), for requests that ask for no capacity on devices nothing uses yet.
+    capacity: dict[tuple[int, bool, bool], tuple[Any, tuple[bool, str], str | None]] = field(default_factory=dict)
     # The content of a pool's available counters -> id of a device's consumesCounters -> (the
     # consumesCounters, kept alive; whether it fits them), for pools the attempt reserves nothing of yet.
     counters: dict[tuple[Any, ...], dict[int, tuple[Any, bool]]] = field(default_factory=dict)

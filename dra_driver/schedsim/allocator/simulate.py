@@ -168,6 +168,11 @@ class NodeAllocator:
                     )
                 counts = []
                 for si, req in enumerate(alts):
+                    if self.rules.refuses_derived_attributes and req.derived_attributes:
+                        raise AllocationAborted(
+                            f"claim {key}, request {req.own_name}: cannot handle request with derived attributes, "
+                            "the feature is disabled"
+                        )
                     for i, sel in enumerate(req.selectors):
                         if not sel:
                             raise AllocationAborted(
@@ -211,6 +216,7 @@ class NodeAllocator:
                             str(c["distinctAttribute"]),
                             distinct=True,
                             every_value=self.rules.distinct_keeps_every_value,
+                            pointer_compare=self.rules.distinct_compares_pointers,
                         )
                     )
                 else:
@@ -240,10 +246,10 @@ class NodeAllocator:
 
     def _all_capacity_ok(self, key: str, req: Request, pool: Pool, d: Mapping[str, Any]) -> bool:
         """Whether a device may be one of "all devices": from 1.37 its static capacity only (what is in use fails later)."""
-        if not self.rules.fractional_capacity:
+        if not self.rules.strict_capacity:
             return self.capacity_ok(req, pool, d)[0]
         try:
-            return capacity_fits(req, d, None, None, fractional=True)[0]
+            return capacity_fits(req, d, None, None, fractional=True, milli=self.rules.fractional_capacity)[0]
         except CapacityError as err:
             raise AllocationAborted(
                 f"claim {key}, request {req.own_name}: checking capacity for device {d.get('name', '')}: {err}"
@@ -434,9 +440,10 @@ class NodeAllocator:
         attrs, caps = d.get("attributes"), d.get("capacity")
         a = known.get(id(attrs)) if attrs is not None else _NO_ERROR
         c = known.get(id(caps)) if caps is not None else _NO_ERROR
+        lists = self.rules.list_attributes
         if a is None or c is None:
-            return DeviceView.of(d, driver)
-        return DeviceView.of(d, driver, a[1] if a[1] is not None else c[1])
+            return DeviceView.of(d, driver, lists=lists)
+        return DeviceView.of(d, driver, a[1] if a[1] is not None else c[1], lists=lists)
 
     def capacity_ok(self, req: Request, pool: Pool, d: Mapping[str, Any]) -> tuple[bool, str]:
         """:func:`capacity_fits` against what the cluster and this attempt already consume of the device.
@@ -446,17 +453,18 @@ class NodeAllocator:
         if not self.rules.consumable_capacity:
             return True, ""
         did = self.dev_id(pool, d)
-        fractional = self.rules.fractional_capacity
+        fractional, milli = self.rules.strict_capacity, self.rules.fractional_capacity
         used, allocating = self.state.shared.get(did), self.allocating_capacity.get(did)
         if used is not None or allocating is not None or req.capacity:
-            return capacity_fits(req, d, used, allocating, fractional=fractional)
+            return capacity_fits(req, d, used, allocating, fractional=fractional, milli=milli)
         # Nothing of the device in use and nothing asked for: the answer is the device's capacity's, once per shape.
         caps = d.get("capacity")
-        key = (id(caps), fractional)
+        key = (id(caps), fractional, milli)
         hit = self.shapes.capacity.get(key)
         if hit is None:
             try:
-                hit = self.shapes.capacity[key] = (caps, capacity_fits(req, d, None, None, fractional=fractional), None)
+                fits = capacity_fits(req, d, None, None, fractional=fractional, milli=milli)
+                hit = self.shapes.capacity[key] = (caps, fits, None)
             except CapacityError as err:
                 hit = self.shapes.capacity[key] = (caps, (False, ""), str(err))
         if hit[2] is not None:
@@ -478,7 +486,7 @@ class NodeAllocator:
         """``deviceCapacityInUse``: shared with consumed capacity (1.37+: or shared at all) in the cluster, or in this attempt."""
         if did in self.state.shared or did in self.allocating_capacity:
             return True
-        return self.rules.fractional_capacity and did in self.state.shared_ids
+        return self.rules.strict_capacity and did in self.state.shared_ids
 
     def _counter_key(self, pool: Pool) -> tuple[str, str]:
         return (pool.driver, pool.name) if self.rules.counters_per_pool_id else ("", pool.name)
@@ -740,9 +748,9 @@ class NodeAllocator:
             return None
         consumed: dict[str, Quantity] = {}
         if shared:
-            fractional = self.rules.fractional_capacity
+            fractional, milli = self.rules.strict_capacity, self.rules.fractional_capacity
             consumed = {
-                n: consumed_capacity(req.capacity.get(n), cap, fractional=fractional)
+                n: consumed_capacity(req.capacity.get(n), cap, fractional=fractional, milli=milli)
                 for n, cap in (d.get("capacity") or {}).items()
             }
             existed = did in self.allocating_capacity

@@ -4,6 +4,8 @@ Called by the environment (``CompiledSelector.matches``) and by device views (``
 which build the value once per device and share it between selectors. Attribute and capacity
 names without a domain are filed under the driver's; versions and quantities are parsed (once per
 distinct string) and a value that does not parse fails the device with the scheduler's message.
+List-typed attributes (``ints``, ``bools``, ``strings``, ``versions``) are CEL lists where the
+release converts them (1.37+, whatever DRAListTypeAttributes says), else "unsupported attribute value".
 """
 
 from __future__ import annotations
@@ -26,7 +28,30 @@ def split_qualified_name(name: str, driver: str) -> tuple[str, str]:
     return driver, name
 
 
-def _attribute_value(name: str, attr: Mapping[str, Any]) -> Any:
+_LIST_KINDS = (("ints", int), ("bools", bool), ("strings", str))
+
+
+def _list_value(name: str, attr: Mapping[str, Any]) -> list[Any] | None:
+    """A list-typed value, as 1.37's ``getAttributeValue`` looks for one before the scalars (None: none)."""
+    for kind, convert in _LIST_KINDS:
+        if attr.get(kind) is not None:
+            return [convert(x) for x in attr[kind]]
+    if attr.get("versions") is None:
+        return None
+    out = []
+    for text in attr["versions"]:
+        v = _version(str(text))
+        if isinstance(v, SemverError):
+            raise CelRuntimeError(f"attribute {name}: parse semantic version: {v}")
+        out.append(v)
+    return out
+
+
+def _attribute_value(name: str, attr: Mapping[str, Any], lists: bool) -> Any:
+    if lists:
+        found = _list_value(name, attr)
+        if found is not None:
+            return found
     if "int" in attr:
         return int(attr["int"])
     if "bool" in attr:
@@ -59,12 +84,15 @@ def _quantity(text: str) -> Quantity | QuantityError:
         return err
 
 
-def device_value(device: Mapping[str, Any], *, driver: str) -> dict[str, Any]:
-    """The CEL ``device`` value for one API device. Raises :class:`CelRuntimeError` on bad attributes."""
+def device_value(device: Mapping[str, Any], *, driver: str, lists: bool = False) -> dict[str, Any]:
+    """The CEL ``device`` value for one API device. Raises :class:`CelRuntimeError` on bad attributes.
+
+    ``lists``: list-typed attributes are CEL lists (Kubernetes 1.37+); else such an attribute fails the device.
+    """
     attributes: DomainMap = DomainMap()
     for name, attr in (device.get("attributes") or {}).items():
         domain, ident = split_qualified_name(name, driver)
-        attributes.setdefault(domain, {})[ident] = _attribute_value(name, attr)
+        attributes.setdefault(domain, {})[ident] = _attribute_value(name, attr, lists)
     capacity: DomainMap = DomainMap()
     for name, cap in (device.get("capacity") or {}).items():
         domain, ident = split_qualified_name(name, driver)

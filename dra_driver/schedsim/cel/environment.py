@@ -56,10 +56,11 @@ class CompiledSelector:
     plan: Plan
     projector: Projector
     answers: dict[tuple[Any, ...], bool | CelRuntimeError] = field(default_factory=dict, compare=False)
+    lists: bool = False  # the release converts list-typed attributes (Rules.list_attributes)
 
     def matches(self, device: Mapping[str, Any], *, driver: str, cost_limit: int = MAX_COST) -> bool:
         """Evaluate against one ResourceSlice device (API JSON). Raises :class:`CelRuntimeError`."""
-        return self.matches_value(device_value(device, driver=driver), cost_limit=cost_limit)
+        return self.matches_value(device_value(device, driver=driver, lists=self.lists), cost_limit=cost_limit)
 
     def matches_view(self, view: DeviceView) -> bool:
         """Like :meth:`matches`, evaluated once per distinct projection of the device (see ``projection.py``).
@@ -67,6 +68,8 @@ class CompiledSelector:
         Devices that agree on everything the selector reads share one evaluation; a device that
         fails conversion (an unparsable version) fails every selector, as in the scheduler.
         """
+        if view.lists is not self.lists:  # a view built for another release's conversion: not shared
+            return self.matches(view.device, driver=view.driver)
         if view.error is not None:
             raise CelRuntimeError(view.error)
         key = self.projector.key(view)
@@ -131,7 +134,7 @@ def _not_bool(v: Any) -> str:  # noqa: PLR0911 - one message per result type, as
     return f"type conversion error from '{type_name(v)}' to 'bool'"
 
 
-_cache: dict[tuple[str, bool, str, int], CompiledSelector | CelCompileError] = {}
+_cache: dict[tuple[str, bool, str, int, bool], CompiledSelector | CelCompileError] = {}
 _cache_lock = threading.Lock()
 
 
@@ -142,13 +145,13 @@ def compile_selector(expression: str, rules: Rules = NEWEST) -> CompiledSelector
     Like the scheduler's cache, this skips the length and estimated-cost limits, which only the
     API server's validation applies; use :func:`validate_selector` for those.
     """
-    key = (expression, rules.dyn_attributes, rules.includes, rules.cel_go)
+    key = (expression, rules.dyn_attributes, rules.includes, rules.cel_go, rules.list_attributes)
     with _cache_lock:
         hit = _cache.get(key)
     if hit is None:
         try:
             rtype, plan, cost, what = compile_expression(expression, rules)
-            hit = CompiledSelector(expression, rtype, cost, plan, Projector(what))
+            hit = CompiledSelector(expression, rtype, cost, plan, Projector(what), lists=rules.list_attributes)
         except CompileError as err:
             prefix = {"check": "compilation failed: ", "result": "", "plan": "program instantiation failed: "}[err.stage]
             hit = CelCompileError(prefix + str(err))

@@ -193,11 +193,12 @@ class DeviceView:
     the conversion error (``error``) and the CEL value are each computed once, when first asked for.
     """
 
-    __slots__ = ("_attributes", "_capacity", "_error", "cached_value", "device", "driver", "multi")
+    __slots__ = ("_attributes", "_capacity", "_error", "cached_value", "device", "driver", "lists", "multi")
 
-    def __init__(self, device: Mapping[str, Any], driver: str, error: str | None = _UNSET) -> None:
+    def __init__(self, device: Mapping[str, Any], driver: str, error: str | None = _UNSET, *, lists: bool = True) -> None:
         self.device = device
         self.driver = driver
+        self.lists = lists  # list-typed attributes are CEL lists (1.37+)
         self.multi = bool(device.get("allowMultipleAllocations", False))
         self._attributes: dict[str, dict[str, Any]] | None = None
         self._capacity: dict[str, dict[str, Any]] | None = None
@@ -205,13 +206,15 @@ class DeviceView:
         self.cached_value: Any = None
 
     @staticmethod
-    def of(device: Mapping[str, Any], driver: str, error: str | None = _UNSET) -> DeviceView:
+    def of(device: Mapping[str, Any], driver: str, error: str | None = _UNSET, *, lists: bool = True) -> DeviceView:
         """A view of ``device`` (API JSON) for ``driver``.
 
         ``error``: the device's conversion error (what :attr:`error` would find), when the caller
         already knows it (see :func:`attributes_error`, :func:`capacity_error`); else found when first asked for.
+        ``lists``: the release converts list-typed attributes (1.37+, the newest rules' default; see
+        :func:`~.device.device_value`).
         """
-        return DeviceView(device, driver, error)
+        return DeviceView(device, driver, error, lists=lists)
 
     @property
     def attributes(self) -> dict[str, dict[str, Any]]:
@@ -243,7 +246,7 @@ class DeviceView:
             for name, attr in (self.device.get("attributes") or {}).items():
                 if type(attr) is dict and len(attr) == 1 and next(iter(attr)) in _PLAIN_KINDS:
                     continue  # the usual form of a kind that always converts
-                error = _attribute_error(name, attr)
+                error = _attribute_error(name, attr, self.lists)
                 if error is not None:
                     break
             if error is None:
@@ -257,7 +260,7 @@ class DeviceView:
     def value(self) -> dict[str, Any]:
         """The CEL ``device`` value (built once)."""
         if self.cached_value is None:
-            self.cached_value = device_value(self.device, driver=self.driver)
+            self.cached_value = device_value(self.device, driver=self.driver, lists=self.lists)
         value: dict[str, Any] = self.cached_value
         return value
 
@@ -321,10 +324,30 @@ def _quantity_error(text: str) -> str | None:
 _PLAIN_KINDS = frozenset({"int", "bool", "string"})  # attribute kinds that always convert
 
 
-def _attribute_error(name: str, attr: Any) -> str | None:
-    """The conversion error ``device_value`` raises for this attribute, if any."""
+_LIST_KINDS = ("ints", "bools", "strings")  # list kinds that always convert (where lists do)
+_FINE: Any = object()  # a list-typed value that converts
+
+
+def _list_error(name: str, attr: Mapping[str, Any]) -> Any:
+    """The conversion error of a list-typed value (:data:`_FINE`: it converts; None: the attribute has none)."""
+    if any(attr.get(k) is not None for k in _LIST_KINDS):
+        return _FINE
+    if attr.get("versions") is None:
+        return None
+    for text in attr["versions"]:
+        err = _version_error(str(text))
+        if err is not None:
+            return f"attribute {name}: parse semantic version: {err}"
+    return _FINE
+
+
+def _attribute_error(name: str, attr: Any, lists: bool = False) -> str | None:
+    """The conversion error ``device_value`` raises for this attribute, if any (``lists``: list-typed values convert)."""
     if not isinstance(attr, Mapping):
         return f"attribute {name}: unsupported attribute value"
+    listed = _list_error(name, attr) if lists else None
+    if listed is not None:
+        return None if listed is _FINE else str(listed)
     if "int" in attr or "bool" in attr or "string" in attr:
         return None
     if "version" in attr:
