@@ -28,7 +28,7 @@ from dra_driver.appkit.inventory import node_publication
 from dra_driver.core.mig import MigStrategy
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
-from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig
+from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig, load_or_log
 from dra_driver.sources.select import make_source
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def parse(argv: list[str] | None = None) -> ControllerSettings:
 
 
 def run(settings: ControllerSettings, stop: threading.Event) -> int:
-    """Publish the node's devices until ``stop`` is set; return the exit code (2: the metrics port is unusable)."""
+    """Publish the node's devices until ``stop`` is set; return the exit code (2: the metrics port or auth files are unusable)."""
     # Imported here, as the publisher's below, so that --help and flag errors load neither client.
     from dra_driver.obs.metrics import MetricsServer, PublisherMetrics, new_registry, serve_or_log
 
@@ -89,7 +89,12 @@ def run(settings: ControllerSettings, stop: threading.Event) -> int:
     if settings.metrics_port >= 0:
         registry = new_registry()
         metrics = PublisherMetrics(registry)
-        server = serve_or_log(registry, settings.metrics_address, settings.metrics_port)
+        guard = load_or_log(settings.metrics_auth)  # who may scrape (a token, TLS)
+        if guard is None:
+            return 2
+        server = serve_or_log(
+            registry, settings.metrics_address, settings.metrics_port, authorize=guard.authorize, ssl_context=guard.ssl_context
+        )
         if server is None:
             return 2
     try:

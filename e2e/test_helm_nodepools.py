@@ -190,10 +190,11 @@ def test_each_pool_is_a_daemonset_with_its_own_mig_strategy(helm: Helm, tmp_path
 
         for key in list(env):
             monkeypatch.delenv(key, raising=False)
-        downward = {"NODE_NAME": "node-a", "POD_UID": "0f7c2d4e-1b2a-4c3d-9e8f-a1b2c3d4e5f6"}
+        downward = {"NODE_NAME": "node-a", "POD_UID": "0f7c2d4e-1b2a-4c3d-9e8f-a1b2c3d4e5f6", "METRICS_ADDRESS": "10.244.0.9"}
         for key, value in env.items():
             monkeypatch.setenv(key, downward[key] if isinstance(value, dict) else value)
         assert parse_plugin([]).mig is MigStrategy(strategy)
+        assert env["METRICS_ADDRESS"] == {"fieldRef": {"fieldPath": "status.podIP"}}  # every pool: the pod's IP
 
     # resources and tolerations: the pool's replace the top-level ones; unset, they are inherited.
     assert container(daemonsets[dyn])["resources"] == {"limits": {"memory": "1Gi"}}

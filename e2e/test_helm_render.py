@@ -11,7 +11,7 @@ import argparse
 import json
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -40,6 +40,17 @@ from e2e.helm_cli import CHART, NAMESPACE, PLUGIN, RELEASE, Helm, by_kind, env_o
         ("mig.strategy=dynamic", "extendedResources.enabled=true", "extendedResources.gpu=example.com/gpu"),
         ("metrics.serviceMonitor.enabled=true", "webhook.enabled=true", "controller.enabled=true", "controller.nodeName=node-a"),
         ("metrics.enabled=false", "kubeletPlugin.healthcheckPort=-1"),
+        (
+            "metrics.auth.tokenSecret.name=scrape-token",
+            "metrics.tls.secretName=metrics-tls",
+            "metrics.tls.clientCA.secretName=scrapers-ca",
+            "metrics.tenantLabels=true",
+            "metrics.networkPolicy.enabled=true",
+            "metrics.networkPolicy.from[0].namespaceSelector.matchLabels.team=monitoring",
+            "webhook.enabled=true",
+            "controller.enabled=true",
+            "controller.nodeName=node-a",
+        ),
     ],
     ids=[
         "defaults",
@@ -53,6 +64,7 @@ from e2e.helm_cli import CHART, NAMESPACE, PLUGIN, RELEASE, Helm, by_kind, env_o
         "extended-resources",
         "metrics-service-monitor",
         "metrics-off",
+        "metrics-private-all-on",
     ],
 )
 def test_lint_strict_passes(helm: Helm, sets: tuple[str, ...]) -> None:
@@ -165,6 +177,8 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "HEALTH_STREAM": "true",
         "DEVICE_STATUS": "true",
         "BOOT_ID_FILE": "/host/boot_id",
+        "METRICS_ADDRESS": {"fieldRef": {"fieldPath": "status.podIP"}},  # the pod's IP, not every address
+        "METRICS_TENANT_LABELS": "false",
     }
     assert c["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}
     # Ready once registered with the kubelet: a surge update keeps a registered plugin on the node.
@@ -350,7 +364,7 @@ def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.
         "kubeletPlugin.gcInterval=30",
     )  # fmt: skip
     (plugin,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
-    downward = {"NODE_NAME": "node-a", "POD_UID": "0f7c2d4e-1b2a-4c3d-9e8f-a1b2c3d4e5f6"}
+    downward = {"NODE_NAME": "node-a", "POD_UID": "0f7c2d4e-1b2a-4c3d-9e8f-a1b2c3d4e5f6", "METRICS_ADDRESS": "10.244.0.9"}
     for name, value in env_of(plugin).items():
         monkeypatch.setenv(name, downward[name] if isinstance(value, dict) else value)
     s = parse_plugin([])
@@ -361,12 +375,13 @@ def test_rendered_env_is_what_the_daemons_parse(helm: Helm, monkeypatch: pytest.
     assert (s.mig, s.fake_mig_latency, s.gc_interval_s, s.consumable) == (MigStrategy.DYNAMIC, "zero", 30.0, False)
     # The simulated GPUs' state lives in the plugin dir, a host path: it survives a plugin restart.
     assert str(s.fake_gpu_state_dir) == "/var/lib/kubelet/plugins/gpu.example.org/fake-gpus"
+    assert (s.metrics_address, s.metrics_tenant_labels) == ("10.244.0.9", False)
 
     (ctl,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
     for name in env_of(plugin):
         monkeypatch.delenv(name)
     for name, value in env_of(ctl).items():
-        monkeypatch.setenv(name, value)
+        monkeypatch.setenv(name, downward[name] if isinstance(value, dict) else value)
     cs = parse_controller([])
     assert (cs.node_name, cs.driver_name, cs.fake_gpus, cs.log_level) == ("node-ctl", "gpu.example.org", "b200x8", "debug")
     assert cs.mig is MigStrategy.DYNAMIC
@@ -480,6 +495,181 @@ def test_the_metrics_ports_reach_the_daemons_and_off_turns_every_server_off(helm
     ids=["monitor-without-metrics", "webhook-port-clash", "health-port-clash", "port-zero", "interval", "unknown-key"],
 )
 def test_bad_metrics_values_fail_the_render_naming_them(helm: Helm, sets: tuple[str, ...], mentions: str) -> None:
+    args = ["template", RELEASE, str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    proc = helm.run(*args, check=False)
+    assert proc.returncode != 0
+    assert mentions in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+# -- Metrics private by default: where they listen, who may read them, tenant labels ------------
+
+SCRAPERS = "metrics.networkPolicy.from[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring"
+SCRAPER_PODS = "metrics.networkPolicy.from[0].podSelector.matchLabels.app\\.kubernetes\\.io/name=prometheus"
+
+
+def pod_spec(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    name = {"kubelet-plugin": PLUGIN, "controller": "dra-gpu-controller", "webhook": "dra-gpu-webhook"}[component]
+    kind = "DaemonSet" if component == "kubelet-plugin" else "Deployment"
+    spec: dict[str, Any] = by_kind(docs, kind)[name]["spec"]["template"]["spec"]
+    return spec
+
+
+def metrics_settings(component: str, env: Mapping[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The daemon's settings parsed from the env the chart gives it (a downward-API field: a pod IP)."""
+    from controller.main import parse as parse_controller
+    from kubelet_plugin.settings import parse as parse_plugin
+    from webhook.main import parse as parse_webhook
+
+    for var in ("METRICS_ADDRESS", "METRICS_TOKEN_FILE", "METRICS_TLS_CERT_FILE", "METRICS_TLS_KEY_FILE",
+                "METRICS_CLIENT_CA_FILE", "METRICS_TENANT_LABELS"):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NODE_NAME", "node-x")
+    for name, value in env.items():
+        if name.startswith("METRICS_"):
+            monkeypatch.setenv(name, "10.244.1.7" if isinstance(value, dict) else str(value))
+    parse: Callable[[], Any] = {
+        "kubelet-plugin": lambda: parse_plugin([]),
+        "controller": lambda: parse_controller([]),
+        "webhook": lambda: parse_webhook(["--tls-cert-file", "c", "--tls-private-key-file", "k"]),
+    }[component]
+    return parse()
+
+
+def test_by_default_metrics_listen_on_the_pod_ip_need_nothing_and_name_no_tenant(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dra_driver.obs.ports import is_every_address
+
+    docs = helm.template(*ALL_DAEMONS)
+    for component, c in containers(docs).items():
+        env = env_of(c)
+        assert {"fieldRef": {"fieldPath": "status.podIP"}} == env["METRICS_ADDRESS"], component
+        assert not {"METRICS_TOKEN_FILE", "METRICS_TLS_CERT_FILE", "METRICS_CLIENT_CA_FILE"} & env.keys()
+        assert not [m for m in c.get("volumeMounts", []) if m["name"].startswith("metrics-")]
+        settings = metrics_settings(component, env, monkeypatch)
+        assert "10.244.1.7" == settings.metrics_address and not is_every_address(settings.metrics_address)
+        assert not settings.metrics_auth.enabled
+    plugin_env = env_of(containers(docs)["kubelet-plugin"])
+    assert "false" == plugin_env["METRICS_TENANT_LABELS"]
+    assert metrics_settings("kubelet-plugin", plugin_env, monkeypatch).metrics_tenant_labels is False
+    assert {} == by_kind(docs, "NetworkPolicy")
+    off = containers(helm.template(*ALL_DAEMONS, "metrics.enabled=false"))
+    assert all("METRICS_ADDRESS" not in env_of(c) for c in off.values())
+
+
+def test_an_address_and_tenant_labels_from_the_values_reach_the_daemons(helm: Helm, monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = helm.template(*ALL_DAEMONS, "metrics.address=::", "metrics.tenantLabels=true")
+    for component, c in containers(docs).items():
+        assert "::" == env_of(c)["METRICS_ADDRESS"]
+        assert "::" == metrics_settings(component, env_of(c), monkeypatch).metrics_address
+    plugin = containers(docs)["kubelet-plugin"]
+    assert metrics_settings("kubelet-plugin", env_of(plugin), monkeypatch).metrics_tenant_labels is True
+
+
+def test_a_token_secret_is_mounted_into_every_daemon_and_sent_by_the_service_monitor(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = helm.template(
+        *ALL_DAEMONS,
+        "metrics.auth.tokenSecret.name=scrape-token",
+        "metrics.auth.tokenSecret.key=bearer",
+        "metrics.serviceMonitor.enabled=true",
+    )
+    for component, c in containers(docs).items():
+        settings = metrics_settings(component, env_of(c), monkeypatch)
+        token = settings.metrics_auth.token_file
+        (mount,) = [m for m in c["volumeMounts"] if m["name"] == "metrics-token"]
+        assert mount["readOnly"] is True and str(token.parent) == mount["mountPath"]
+        (volume,) = [v for v in pod_spec(docs, component)["volumes"] if v["name"] == "metrics-token"]
+        assert {"secretName": "scrape-token", "items": [{"key": "bearer", "path": token.name}]} == volume["secret"]
+        assert settings.metrics_auth.scheme == "http"
+    (endpoint,) = by_kind(docs, "ServiceMonitor")["dra-gpu"]["spec"]["endpoints"]
+    assert {"type": "Bearer", "credentials": {"name": "scrape-token", "key": "bearer"}} == endpoint["authorization"]
+    assert "http" == endpoint["scheme"] and "tlsConfig" not in endpoint
+
+
+def test_tls_with_a_client_ca_is_mounted_and_scraped_over_https(helm: Helm, monkeypatch: pytest.MonkeyPatch) -> None:
+    tls_config = (
+        "metrics.serviceMonitor.tlsConfig.ca.secret.name=metrics-ca",
+        "metrics.serviceMonitor.tlsConfig.ca.secret.key=ca.crt",
+        "metrics.serviceMonitor.tlsConfig.serverName=dra-gpu-metrics",
+    )
+    docs = helm.template(
+        *ALL_DAEMONS,
+        "metrics.tls.secretName=metrics-tls",
+        "metrics.tls.clientCA.secretName=scrapers-ca",
+        "metrics.serviceMonitor.enabled=true",
+        *tls_config,
+    )
+    for component, c in containers(docs).items():
+        auth = metrics_settings(component, env_of(c), monkeypatch).metrics_auth
+        assert ("https", None) == (auth.scheme, auth.problem())
+        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+        assert str(auth.tls_cert_file.parent) == str(auth.tls_key_file.parent) == mounts["metrics-tls"]
+        assert str(auth.client_ca_file.parent) == mounts["metrics-client-ca"]
+        volumes = {v["name"]: v["secret"] for v in pod_spec(docs, component)["volumes"] if v["name"].startswith("metrics-")}
+        assert "metrics-tls" == volumes["metrics-tls"]["secretName"]
+        assert [{"key": "ca.crt", "path": auth.client_ca_file.name}] == volumes["metrics-client-ca"]["items"]
+    (endpoint,) = by_kind(docs, "ServiceMonitor")["dra-gpu"]["spec"]["endpoints"]
+    assert "https" == endpoint["scheme"]
+    assert {"ca": {"secret": {"name": "metrics-ca", "key": "ca.crt"}}, "serverName": "dra-gpu-metrics"} == endpoint["tlsConfig"]
+
+
+def test_the_network_policies_admit_only_the_scraper_to_metrics_and_anyone_to_the_webhook(helm: Helm) -> None:
+    docs = helm.template(*ALL_DAEMONS, "metrics.networkPolicy.enabled=true", SCRAPERS, SCRAPER_PODS)
+    policies = by_kind(docs, "NetworkPolicy")
+    assert {"dra-gpu-kubelet-plugin", "dra-gpu-controller", "dra-gpu-webhook"} == set(policies)
+    scraper = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    metrics_rule = {"from": [scraper], "ports": [{"protocol": "TCP", "port": "metrics"}]}
+    for name, policy in policies.items():
+        spec = policy["spec"]
+        component = name.removeprefix("dra-gpu-")
+        assert ["Ingress"] == spec["policyTypes"]
+        assert component == spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        webhook_rule = [{"ports": [{"protocol": "TCP", "port": "https"}]}] if component == "webhook" else []
+        assert [metrics_rule, *webhook_rule] == spec["ingress"]
+        # the ports the rules name are the containers' own
+        names = {p["name"] for p in containers(docs)[component]["ports"]}
+        assert {p["port"] for rule in spec["ingress"] for p in rule["ports"]} <= names
+    # every plugin pod (node pools included) carries the labels the policy selects
+    plugin = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["metadata"]["labels"]
+    assert policies["dra-gpu-kubelet-plugin"]["spec"]["podSelector"]["matchLabels"].items() <= plugin.items()
+
+    off = by_kind(helm.template(*ALL_DAEMONS, "metrics.networkPolicy.enabled=true", "metrics.enabled=false"), "NetworkPolicy")
+    assert [] == off["dra-gpu-kubelet-plugin"]["spec"]["ingress"]  # nothing but the node itself
+    assert [{"ports": [{"protocol": "TCP", "port": "https"}]}] == off["dra-gpu-webhook"]["spec"]["ingress"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "mentions"),
+    [
+        (("metrics.networkPolicy.enabled=true",), "metrics.networkPolicy.enabled needs metrics.networkPolicy.from"),
+        (("metrics.tls.clientCA.secretName=ca",), "metrics.tls.clientCA.secretName needs metrics.tls.secretName"),
+        (
+            ("metrics.tls.secretName=t", "metrics.serviceMonitor.enabled=true"),
+            "metrics.tls.secretName with metrics.serviceMonitor.enabled needs metrics.serviceMonitor.tlsConfig",
+        ),
+        (("metrics.address=every",), "/metrics/address"),
+        (("metrics.auth.tokenSecret.name=Not_A_Name",), "/metrics/auth/tokenSecret/name"),
+        (("metrics.networkPolicy.from[0].anywhere=true",), "anywhere"),
+        (("metrics.tenantLabels=yes",), "/metrics/tenantLabels"),
+    ],
+    ids=[
+        "policy-without-scraper",
+        "client-ca-without-tls",
+        "monitor-without-tls-config",
+        "address",
+        "secret-name",
+        "peer-key",
+        "tenant-labels",
+    ],
+)
+def test_bad_private_metrics_values_fail_the_render_naming_them(helm: Helm, sets: tuple[str, ...], mentions: str) -> None:
     args = ["template", RELEASE, str(CHART)]
     for s in sets:
         args += ["--set", s]

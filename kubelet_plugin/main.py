@@ -31,6 +31,7 @@ from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import BootIdError, CheckpointStore, Notice, read_boot_id
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.obs.ports import metrics_port_problem
+from dra_driver.obs.scrape_auth import load_or_log
 from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
@@ -327,7 +328,12 @@ def _start_metrics(
     publisher = PublisherMetrics(registry)
     for register in extra:  # GPU health, per-claim usage
         register(registry)
-    server = serve_or_log(registry, settings.metrics_address, settings.metrics_port)
+    guard = load_or_log(settings.metrics_auth)  # checked before the sockets too; a file may have gone since
+    server = None
+    if guard is not None:
+        server = serve_or_log(
+            registry, settings.metrics_address, settings.metrics_port, authorize=guard.authorize, ssl_context=guard.ssl_context
+        )
     if server is None:  # taken since the check before the sockets
         raise _MetricsUnavailable
     slot.sink = plugin
@@ -408,6 +414,8 @@ def _preflight(settings: Settings) -> str | None:
     if problem := metrics_port_problem(settings.metrics_address, settings.metrics_port):
         # The kubelet must not register a plugin that is about to exit.
         log.error("metrics_port_unavailable", error=problem, address=settings.metrics_address, port=settings.metrics_port)
+        return None
+    if settings.metrics_port >= 0 and load_or_log(settings.metrics_auth) is None:  # the token and TLS files
         return None
     return boot_id
 

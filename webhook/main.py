@@ -24,7 +24,7 @@ from dra_driver.appkit.flags import add_metrics_flags, check_metrics_flags, env
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
 from dra_driver.obs.metrics import MetricsServer, WebhookMetrics, new_registry, serve_or_log
 from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
-from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig
+from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig, load_or_log
 from webhook.admission import VALIDATE_PATH
 from webhook.server import TlsFiles, WebhookServer
 
@@ -145,7 +145,12 @@ def serve(settings: WebhookSettings, stop: threading.Event) -> int:
     if settings.metrics_port >= 0:
         registry = new_registry()
         metrics = WebhookMetrics(registry)
-        metrics_server = serve_or_log(registry, settings.metrics_address, settings.metrics_port)
+        guard = load_or_log(settings.metrics_auth)  # who may scrape (a token, TLS)
+        if guard is None:
+            return 2
+        metrics_server = serve_or_log(
+            registry, settings.metrics_address, settings.metrics_port, authorize=guard.authorize, ssl_context=guard.ssl_context
+        )
         if metrics_server is None:
             return 2
     try:

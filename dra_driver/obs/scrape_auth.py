@@ -2,9 +2,11 @@
 
 The daemons' flags (``dra_driver.appkit.flags.add_metrics_flags``: ``--metrics-token-file``,
 ``--metrics-tls-cert-file``, ``--metrics-tls-key-file``, ``--metrics-client-ca-file``) make a
-``ScrapeAuthConfig``; each daemon's ``main`` turns it into a ``ScrapeGuard`` (``ScrapeGuard.load``:
-a file that cannot be read is a start-up error naming it) and hands its ``authorize`` hook and
-``ssl_context`` to the metrics server (``dra_driver.obs.metrics.serve_metrics``). With none of the
+``ScrapeAuthConfig``; each daemon's ``main`` turns it into a ``ScrapeGuard`` (``load_or_log``: a
+file that cannot be used is logged as ``metrics_auth_unusable`` naming it, and the daemon exits 2;
+the kubelet plugin checks before its DRA sockets exist) and hands its ``authorize`` hook and
+``ssl_context`` to the metrics server (``dra_driver.obs.metrics.serve_metrics``, whose server
+answers 401 when the hook says no). With none of the
 flags there is no guard and /metrics is plain HTTP for anyone who can reach it.
 
 * Token: ``Authorization: Bearer <token>`` must carry the token the file holds (surrounding
@@ -249,3 +251,12 @@ class ScrapeGuard:
     def ssl_context(self) -> ssl.SSLContext | None:
         """The context to serve TLS with, or None for plain HTTP."""
         return None if self.tls is None else self.tls.context
+
+
+def load_or_log(config: ScrapeAuthConfig) -> ScrapeGuard | None:
+    """``ScrapeGuard.load``, or None after logging ``metrics_auth_unusable`` (the daemon then exits 2)."""
+    try:
+        return ScrapeGuard.load(config)
+    except ScrapeAuthError as err:
+        log.error("metrics_auth_unusable", error=str(err))
+        return None
