@@ -122,7 +122,16 @@ directly.
 - -ec
 - |
   lib=
-  for dir in usr/lib64 usr/lib/x86_64-linux-gnu usr/lib/aarch64-linux-gnu lib64 lib/x86_64-linux-gnu lib/aarch64-linux-gnu usr/lib lib; do
+  # The layouts of dra_driver/core/driver_files.py (LAYOUTS), in its search order: the driver
+  # root's own (a host install, or GKE's lib64/), then /usr/local/nvidia, the GPU Operator's
+  # driver container and GKE's directory as a host root (driverRoot /) holds them.
+  for dir in \
+      usr/lib/x86_64-linux-gnu usr/lib/aarch64-linux-gnu usr/lib64 lib/x86_64-linux-gnu lib/aarch64-linux-gnu lib64 usr/lib lib \
+      usr/local/nvidia/lib64 \
+      run/nvidia/driver/usr/lib/x86_64-linux-gnu run/nvidia/driver/usr/lib/aarch64-linux-gnu run/nvidia/driver/usr/lib64 \
+      run/nvidia/driver/lib/x86_64-linux-gnu run/nvidia/driver/lib/aarch64-linux-gnu run/nvidia/driver/lib64 \
+      run/nvidia/driver/usr/lib run/nvidia/driver/lib \
+      home/kubernetes/bin/nvidia/lib64; do
     if [ -e "/driver-root/$dir/libnvidia-ml.so.1" ]; then lib="/driver-root/$dir/libnvidia-ml.so.1"; break; fi
   done
   if [ -z "$lib" ]; then
@@ -132,6 +141,17 @@ directly.
   mkdir -p /run/dra-gpu/nvml
   ln -sf "$lib" /run/dra-gpu/nvml/libnvidia-ml.so.1
   exec {{ .daemon }}
+{{- end -}}
+
+{{/*
+Where the kubelet plugin finds the driver's user space for the claims' containers (NVML mode
+only): the driver root as the plugin sees it, and its host path, which the CDI specs name.
+*/}}
+{{- define "dra-gpu.driverRootEnv" -}}
+- name: DRIVER_ROOT
+  value: /driver-root
+- name: DRIVER_ROOT_HOST_PATH
+  value: {{ .Values.gpus.nvml.driverRoot | quote }}
 {{- end -}}
 
 {{/* Volume and mount of the driver root (NVML mode only). */}}
