@@ -90,6 +90,8 @@ class PluginRun:
             "--driver-name",
             self.driver,
             *(("--fake-gpus", self.fake_gpus) if self.fake_gpus else ()),
+            # On a GPU it runs on the host: the driver's user space for the claim's spec is under / (read only).
+            *(() if self.fake_gpus else ("--driver-root", "/")),
             "--mig",
             "none",
             "--sharing",
