@@ -48,7 +48,9 @@ def test_lint_strict_passes_with_both_on(helm: Helm) -> None:
 
 
 def test_prometheus_rule_alerts_per_claim_on_all_devices_idle(helm: Helm) -> None:
-    docs = helm.template("monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=prom")
+    docs = helm.template(
+        "monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=prom", "metrics.tenantLabels=true"
+    )
     rule = by_kind(docs, "PrometheusRule")[RULE]
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["namespace"] == NAMESPACE
@@ -60,6 +62,16 @@ def test_prometheus_rule_alerts_per_claim_on_all_devices_idle(helm: Helm) -> Non
     assert alert["labels"] == {"severity": "warning"}
     assert "{{ $labels.namespace }}/{{ $labels.claim }}" in alert["annotations"]["summary"]
     assert "for" not in alert  # the idle time is in the value: a `for` would only delay it
+
+
+def test_without_tenant_labels_the_rule_alerts_per_claim_uid(helm: Helm) -> None:
+    """The default: the series name no namespace or claim, so the alert takes each claim's UID."""
+    alert = by_kind(helm.template("monitoring.prometheusRule.enabled=true"), "PrometheusRule")[RULE]["spec"]["groups"][0]
+    [rule] = alert["rules"]
+    assert rule["expr"] == f"min by (claim_uid) ({usage_metrics.IDLE}) >= 1800"
+    assert "{{ $labels.claim_uid }}" in rule["annotations"]["summary"]
+    assert "$labels.namespace" not in rule["annotations"]["summary"] + rule["annotations"]["description"]
+    assert "dra-gpu top" in rule["annotations"]["description"]
 
 
 def test_threshold_and_severity_follow_the_values(helm: Helm) -> None:

@@ -4,7 +4,9 @@ The PrometheusRule is rendered by Helm exactly as installed (``templates/prometh
 its rule groups written to a rules file, and promtool replays recorded series of
 ``dra_gpu_claim_idle_seconds`` (what the plugin's usage collector exports: 0 while busy, growing
 while idle) against it: a claim idle for 40 minutes fires, a claim with one busy device does not,
-a claim that became busy again resolves, and the threshold and severity come from the values.
+a claim that became busy again resolves, and the threshold and severity come from the values. The
+claim is named as the plugin's series name it: by namespace and name with ``metrics.tenantLabels``,
+by UID otherwise (the default).
 
 promtool is built from Prometheus' Go module by ``e2e/promtool/build.sh`` (version pinned in
 ``e2e/promtool/go.mod``; ``make k8s`` builds it). A missing binary fails the test, naming the
@@ -28,6 +30,7 @@ from e2e.helm_cli import CHART, NAMESPACE, RELEASE, Helm
 E2E_DIR = Path(__file__).resolve().parent
 PROMTOOL_BUILD = E2E_DIR / "promtool" / "build.sh"
 RULE_TEMPLATE = "templates/prometheusrule.yaml"
+TENANT = "metrics.tenantLabels=true"
 
 
 def promtool_version() -> str:
@@ -63,8 +66,15 @@ def render_rules(helm: Helm, tmp_path: Path, *sets: str) -> tuple[Path, dict[str
     return path, rule
 
 
-def series(claim: str, device: str, values: str, namespace: str = "team-a") -> dict[str, str]:
-    labels = f'namespace="{namespace}",claim="{claim}",node="node-a",device="{device}",pod="{claim}-pod"'
+def uid(claim: str) -> str:
+    return f"uid-of-{claim}"
+
+
+def series(claim: str, device: str, values: str, namespace: str = "team-a", *, tenant: bool = True) -> dict[str, str]:
+    """What the plugin exports for one device: with tenant labels the claim's namespace, name and pods; its UID always."""
+    labels = f'claim_uid="{uid(claim)}",node="node-a",device="{device}"'
+    if tenant:
+        labels = f'namespace="{namespace}",claim="{claim}",{labels},pod="{claim}-pod"'
     return {"series": f"dra_gpu_claim_idle_seconds{{{labels}}}", "values": values}
 
 
@@ -83,6 +93,22 @@ def alert(claim: str, idle: str, threshold: int, severity: str = "warning", name
     }
 
 
+def alert_by_uid(claim: str, idle: str, threshold: int) -> dict[str, Any]:
+    """The alert without tenant labels: the claim by UID only."""
+    return {
+        "exp_labels": {"claim_uid": uid(claim), "severity": "warning"},
+        "exp_annotations": {
+            "summary": f"GPU claim with UID {uid(claim)} is allocated but idle",
+            "description": (
+                f"Every device of the ResourceClaim with UID {uid(claim)} has been idle (GPU utilization below the "
+                f"plugin's idle threshold, 5% by default) for {idle} (threshold {threshold}s). The GPUs stay allocated "
+                "to it: delete the claim or its pods to free them. `dra-gpu top` names the claim (the plugin's metrics "
+                "name claims by UID unless metrics.tenantLabels is true)."
+            ),
+        },
+    }
+
+
 def at(eval_time: str, *alerts: dict[str, Any]) -> dict[str, Any]:
     """An alert_rule_test: exactly ``alerts`` firing at ``eval_time``."""
     return {"eval_time": eval_time, "alertname": "DraGpuAllocatedIdle", "exp_alerts": list(alerts)}
@@ -96,8 +122,9 @@ def run_tests(promtool: Path, rules: Path, tests: list[dict[str, Any]]) -> subpr
     )
 
 
-def test_the_rendered_rules_pass_promtools_check(helm: Helm, promtool: Path, tmp_path: Path) -> None:
-    rules, rule = render_rules(helm, tmp_path)
+@pytest.mark.parametrize("sets", [(), (TENANT,)], ids=["by-uid", "tenant-labels"])
+def test_the_rendered_rules_pass_promtools_check(helm: Helm, promtool: Path, tmp_path: Path, sets: tuple[str, ...]) -> None:
+    rules, rule = render_rules(helm, tmp_path, *sets)
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     proc = subprocess.run([str(promtool), "check", "rules", str(rules)], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -105,7 +132,7 @@ def test_the_rendered_rules_pass_promtools_check(helm: Helm, promtool: Path, tmp
 
 
 def test_idle_claims_fire_busy_ones_do_not_and_a_claim_busy_again_resolves(helm: Helm, promtool: Path, tmp_path: Path) -> None:
-    rules, _ = render_rules(helm, tmp_path)
+    rules, _ = render_rules(helm, tmp_path, TENANT)
     test = {
         "interval": "1m",
         "input_series": [
@@ -130,8 +157,33 @@ def test_idle_claims_fire_busy_ones_do_not_and_a_claim_busy_again_resolves(helm:
     assert "SUCCESS" in proc.stdout
 
 
+def test_by_default_claims_are_alerted_by_uid_and_no_tenant_name_is_needed(helm: Helm, promtool: Path, tmp_path: Path) -> None:
+    """Tenant labels off (the chart's default): the series carry the claim's UID only, and the alert is still per claim."""
+    rules, _ = render_rules(helm, tmp_path)
+    test = {
+        "interval": "1m",
+        "input_series": [
+            series("idle", "gpu-0", "0+60x60", tenant=False),
+            series("idle", "gpu-1", "0+60x60", tenant=False),
+            series("half", "gpu-2", "0+60x60", tenant=False),
+            series("half", "gpu-3", "0x60", tenant=False),
+            series("woke", "gpu-4", "0+60x35 0x25", tenant=False),
+        ],
+        "alert_rule_test": [
+            at("29m"),
+            at("30m", alert_by_uid("idle", "30m 0s", 1800), alert_by_uid("woke", "30m 0s", 1800)),
+            at("40m", alert_by_uid("idle", "40m 0s", 1800)),
+        ],
+    }
+    proc = run_tests(promtool, rules, [test])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
 def test_the_threshold_and_severity_come_from_the_values(helm: Helm, promtool: Path, tmp_path: Path) -> None:
-    rules, rule = render_rules(helm, tmp_path, "monitoring.idleAlert.after=3600", "monitoring.idleAlert.severity=critical")
+    rules, rule = render_rules(
+        helm, tmp_path, TENANT, "monitoring.idleAlert.after=3600", "monitoring.idleAlert.severity=critical"
+    )
     assert rule["spec"]["groups"][0]["rules"][0]["labels"] == {"severity": "critical"}
     test = {
         "interval": "1m",
@@ -148,7 +200,7 @@ def test_the_threshold_and_severity_come_from_the_values(helm: Helm, promtool: P
 
 def test_a_wrong_expectation_fails_promtool(helm: Helm, promtool: Path, tmp_path: Path) -> None:
     """The harness can fail: expecting the busy claim to fire is reported as a failure."""
-    rules, _ = render_rules(helm, tmp_path)
+    rules, _ = render_rules(helm, tmp_path, TENANT)
     test = {
         "interval": "1m",
         "input_series": [series("half", "gpu-2", "0+60x60"), series("half", "gpu-3", "0x60")],
