@@ -448,6 +448,7 @@ class _Session:
         self.loop = asyncio.get_running_loop()
         self.deadline = self.loop.time() + self.limits.request_timeout_s  # the first request: from the connection's start
         self.holds_large = False
+        self.method = ""
 
     async def run(self) -> None:
         """Answer requests until the client or an answer closes the connection."""
@@ -463,12 +464,13 @@ class _Session:
                 served = await self._one_request()
             except _Close as close:
                 if close.answer is not None and h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                    await self._send(replace(close.answer, close=True), head_only=False)
+                    await self._send(replace(close.answer, close=True), head_only=self.method == "HEAD")
                     await self._linger()
                 return
             except h11.RemoteProtocolError as err:
                 if h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                    await self._send(text(err.error_status_hint, f"bad request: {err}", close=True), head_only=False)
+                    answer = text(err.error_status_hint, f"bad request: {err}", close=True)
+                    await self._send(answer, head_only=self.method == "HEAD")
                     await self._linger()
                 return
             if not served or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
@@ -506,6 +508,7 @@ class _Session:
             raise _Close
         server = self.server
         server.stats.requests += 1
+        self.method = event.method.decode("latin-1")
         if event.http_version not in (b"1.0", b"1.1"):
             raise _Close(text(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "HTTP/1.1 only"))
         size = len(event.method) + len(event.target) + sum(len(n) + len(v) + 4 for n, v in event.headers)
@@ -622,18 +625,23 @@ class _Session:
             await self.writer.drain()
 
     async def _linger(self) -> None:
-        """After a refusal: stop writing, then read and drop what the client still sends, briefly.
+        """After a refusal: end the stream, then read and drop what the client still sends, briefly.
 
         Closing a socket with unread input resets it, and the client may lose the answer before
-        reading it; this gives the answer time to be read. Bounded by ``LINGER_S`` and
-        ``LINGER_BYTES``, and the connection may be evicted meanwhile.
+        reading it; this gives the answer time to be read. Plain TCP: a FIN (the client sees the
+        end and closes), then reading until the client closes. TLS: a close_notify, waiting for
+        the client's. Bounded by ``LINGER_S`` and ``LINGER_BYTES``; the connection may be evicted
+        meanwhile.
         """
         self.conn.enter(_Phase.IDLE)
-        if self.writer.can_write_eof():
-            self.writer.write_eof()
         dropped = 0
         with contextlib.suppress(TimeoutError, OSError, ssl.SSLError):
             async with asyncio.timeout(LINGER_S):
+                if not self.writer.can_write_eof():  # TLS: no half-close
+                    self.writer.close()
+                    await self.writer.wait_closed()
+                    return
+                self.writer.write_eof()
                 while dropped < LINGER_BYTES and (data := await self.reader.read(READ_SIZE)):
                     dropped += len(data)
 

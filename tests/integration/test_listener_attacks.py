@@ -36,6 +36,7 @@ from tests.integration.claims import create_allocated_claim
 from tests.unit.test_webhook import DRIVER, GOOD, body, claim_obj, request
 from tests.webhookcerts import Certs, make_certs
 from webhook.admission import VALIDATE_PATH
+from webhook.server import PARSE_BUDGET_BYTES, review_cost
 
 CHART_VALUES = ROOT / "deploy" / "helm" / "dra-gpu" / "values.yaml"
 
@@ -64,6 +65,13 @@ def chart_webhook_memory_limit_mib() -> float:
     match = re.search(r"memory:\s*(\d+)Mi", limits)
     assert match, "no webhook memory limit in values.yaml"
     return float(match.group(1))
+
+
+def deep_lists_costing(cost: int) -> bytes:
+    """A body of nested empty lists whose ``review_cost`` is about ``cost``: the shape that takes the most memory per byte."""
+    deep = b"[" * 900 + b"]" * 900 + b","
+    units = cost // review_cost(deep)
+    return b"[" + deep * units + b"[]]"
 
 
 def flood(port: int, count: int) -> list[socket.socket]:
@@ -113,7 +121,7 @@ def test_idle_connections_to_the_plugin_metrics_port_never_make_a_prepare_fail(
     before = held(pid)
     idle = flood(port, 700)
     try:
-        assert len(idle) > 512  # more than the process could have held, one descriptor each
+        assert len(idle) > 4 * cap  # far more than the cap (a flood at the old limit stalls near 512)
         time.sleep(0.5)
         during = held(pid)
         claim = create_allocated_claim(apiserver, name=f"f-{uuid.uuid4().hex[:8]}", devices=["gpu-1"])
@@ -276,29 +284,32 @@ def test_concurrent_worst_case_bodies_keep_the_webhook_under_the_chart_memory_li
     """Issue 27 #4: one 8 MiB body of '{},' once took RSS from 31 to 240 MiB (limit 192 Mi), four at once 490-690."""
     hook = start_webhook(tmp_path)
     try:
-        shapes = [b"{}," * (8 << 20 // 3), b"{}," * ((4 << 20) // 3 - 1), b"[" * 1500 + b"]" * 1500 + b","]
+        deep = b"[" * 900 + b"]" * 900 + b","
         bodies = [
-            b"[" + shapes[0][:-1] + b"]",  # 8 MiB: over the body limit
-            b"[" + shapes[1] + b"{}]",  # 4 MiB of empty objects: over the parse budget
-            b"[" + shapes[2] * ((4 << 20) // len(shapes[2]) - 1) + b"[]]",  # 4 MiB of deep lists
-            b"[" + b'{"":0},' * ((4 << 20) // 7 - 1) + b"{}]",
+            b"[" + b"{}," * ((8 << 20) // 3 - 1) + b"{}]",  # 8 MiB: over the body limit
+            b"[" + b"{}," * ((4 << 20) // 3 - 1) + b"{}]",  # 4 MiB of empty objects: over the parse budget
+            b"[" + deep * ((4 << 20) // len(deep) - 1) + b"[]]",  # 4 MiB of deep lists: over it too
+            deep_lists_costing(PARSE_BUDGET_BYTES * 95 // 100),  # parsed, the most a hostile body can take
         ]
-        results: list[int] = []
+        results: dict[int, int] = {}
 
-        def send(raw: bytes) -> None:
+        def send(index: int, raw: bytes) -> None:
             try:
-                results.append(hook.review(raw, timeout=60)[0])
+                results[index] = hook.review(raw, timeout=60)[0]
             except (OSError, http.client.HTTPException):
-                results.append(-1)
+                results[index] = -1  # refused and closed while the client was still sending
 
-        senders = [threading.Thread(target=send, args=(raw,)) for raw in bodies * 2]
+        senders = [threading.Thread(target=send, args=(i, raw)) for i, raw in enumerate(bodies * 2)]
         for t in senders:
             t.start()
         status, answer = hook.review()  # a real review meanwhile
         for t in senders:
             t.join(120)
         assert 200 == status and json.loads(answer)["response"]["allowed"]
-        assert len(results) == 8 and all(r in (400, 413) for r in results), results
+        over_the_limit, over_the_budget, parsed = {0, 4}, {1, 2, 5, 6}, {3, 7}
+        assert all(results[i] in (413, -1) for i in over_the_limit), results
+        assert all(results[i] == 413 for i in over_the_budget), results
+        assert all(results[i] == 400 for i in parsed), results  # not an AdmissionReview: a 400 after parsing
         assert held(hook.proc.pid).peak_rss_mib < chart_webhook_memory_limit_mib()
     finally:
         stop_webhook(hook)
