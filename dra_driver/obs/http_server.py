@@ -308,6 +308,8 @@ class HttpServer:
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self._ready = threading.Event()
+        self._state_lock = threading.Lock()
+        self._state = "new"
         self._warned = 0.0
         self._unwarned = (0, 0)
 
@@ -321,7 +323,11 @@ class HttpServer:
         return self
 
     def serve_forever(self) -> None:
-        """Serve in this thread until ``stop``."""
+        """Serve in this thread until ``stop`` (at once if ``stop`` came first)."""
+        with self._state_lock:
+            if self._state != "new":
+                return
+            self._state = "serving"
         asyncio.set_event_loop(self._loop)
         try:
             self._loop.run_until_complete(self._open())
@@ -330,6 +336,7 @@ class HttpServer:
         finally:
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
+            self._ready.set()
             self._stopped.set()
 
     async def _open(self) -> None:
@@ -339,15 +346,18 @@ class HttpServer:
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let answers being worked on finish (up to ``grace_s``), close everything; waits."""
-        if self._loop.is_closed():
-            return
-        if self._thread is None and not self._loop.is_running():  # never started
+        with self._state_lock:
+            state, self._state = self._state, "stopped"
+        if state == "new":  # never served
             self._sock.close()
             self._pool.shutdown(wait=False)
             self._loop.close()
+            self._stopped.set()
             return
-        with contextlib.suppress(RuntimeError):  # the loop stopped meanwhile
-            asyncio.run_coroutine_threadsafe(self._drain(grace_s), self._loop)
+        if state == "serving":
+            self._ready.wait(10.0)
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                asyncio.run_coroutine_threadsafe(self._drain(grace_s), self._loop)
         self._stopped.wait(grace_s + 5.0)
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._thread is not None and self._thread is not threading.current_thread():

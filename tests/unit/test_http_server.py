@@ -113,6 +113,14 @@ def get(port: int, path: str = "/", extra: str = "") -> bytes:
     return exchange(port, f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n".encode())
 
 
+def wait_running(app: Echo, count: int) -> None:
+    """Until ``count`` handlers run (or 10 s), then a moment more for any that should not start."""
+    deadline = time.monotonic() + 10
+    while app.running < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+
+
 def status(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
 
@@ -278,7 +286,7 @@ def test_handlers_run_on_the_pool_only_and_a_crash_is_a_500(server: HttpServer, 
     clients = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(6)]
     for s in clients:
         s.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-    time.sleep(0.3)
+    wait_running(app, 2)
     assert 2 == app.most  # two workers, however many requests wait
     app.release.set()
     for s in clients:
@@ -330,7 +338,7 @@ def test_requests_run_only_within_the_work_budget_and_one_over_it_is_refused(app
         first, second = (socket.create_connection(("127.0.0.1", srv.port), timeout=5) for _ in range(2))
         first.sendall(post)
         second.sendall(post)
-        time.sleep(0.3)
+        wait_running(app, 1)
         assert 1 == app.most  # 60 + 60 > 100: the second waits for the first
         big = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n" + b"x" * 101
         assert 413 == status(exchange(srv.port, big))
@@ -350,7 +358,7 @@ def test_large_bodies_are_read_one_slot_at_a_time(app: Echo) -> None:
         clients = [socket.create_connection(("127.0.0.1", srv.port), timeout=5) for _ in range(3)]
         for s in clients:
             s.sendall(post)
-        time.sleep(0.3)
+        wait_running(app, 1)
         assert 1 == app.most
         small = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
         assert 200 == status(exchange(srv.port, small))  # a small body does not wait for the slot
@@ -389,3 +397,19 @@ def test_head_gets_the_headers_without_the_body_and_keep_alive_carries_several_r
             data += chunk
     assert 2 == data.count(b"HTTP/1.1 200")
     assert data.endswith(b"\r\n\r\n0\n")  # only the GET has a body
+
+
+def test_stop_before_serving_or_twice_returns_at_once_and_frees_the_port() -> None:
+    never = HttpServer("test", "127.0.0.1", 0, Echo())
+    racing = HttpServer("test", "127.0.0.1", 0, Echo())
+    thread = threading.Thread(target=racing.serve_forever)
+    thread.start()
+    racing.stop(grace_s=0.5)  # may come before the loop runs: serve_forever must then not start
+    thread.join(5)
+    assert not thread.is_alive()
+    for srv in (never, racing):
+        srv.stop()
+        srv.stop()
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", srv.port))  # the port is free again
