@@ -26,7 +26,7 @@ from dra_driver.obs.metrics import MetricsServer, WebhookMetrics, new_registry, 
 from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
 from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig, load_or_log
 from webhook.admission import VALIDATE_PATH
-from webhook.server import TlsFiles, WebhookServer
+from webhook.server import REVIEW_LIMITS, TlsFiles, WebhookServer
 
 log = structlog.get_logger(__name__)
 
@@ -154,7 +154,15 @@ def serve(settings: WebhookSettings, stop: threading.Event) -> int:
         if metrics_server is None:
             return 2
     try:
-        server = WebhookServer((settings.bind_address, settings.port), tls=tls, driver=settings.driver_name, metrics=metrics)
+        limits = replace(
+            REVIEW_LIMITS,
+            max_connections=settings.max_connections,
+            request_timeout_s=settings.request_timeout_s,
+            handshake_timeout_s=min(REVIEW_LIMITS.handshake_timeout_s, settings.request_timeout_s),
+        )
+        server = WebhookServer(
+            (settings.bind_address, settings.port), tls=tls, driver=settings.driver_name, metrics=metrics, limits=limits
+        )
     except OSError as err:
         log.error("listen_failed", error=str(err), address=settings.bind_address, port=settings.port)
         if metrics_server is not None:
