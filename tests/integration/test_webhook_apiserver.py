@@ -407,8 +407,11 @@ def test_chart_webhook_objects_are_accepted_by_the_api_server(helm: Helm, apiser
     pod = objs["Deployment/dra-gpu-webhook"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert ["dra-gpu-webhook"] == container["command"]
-    env = {"PORT", "TLS_CERT_FILE", "TLS_PRIVATE_KEY_FILE", "DRIVER_NAME", "LOG_LEVEL", "METRICS_PORT"}
+    env = {"PORT", "TLS_CERT_FILE", "TLS_PRIVATE_KEY_FILE", "DRIVER_NAME", "LOG_LEVEL", "METRICS_PORT", "METRICS_ADDRESS"}
     assert env == {e["name"] for e in container["env"]}
+    # Metrics listen on the pod's own address, not every address (private by default).
+    (address,) = (e for e in container["env"] if e["name"] == "METRICS_ADDRESS")
+    assert {"fieldRef": {"fieldPath": "status.podIP"}} == address["valueFrom"]
     assert (True, False) == (pod["securityContext"]["runAsNonRoot"], pod["automountServiceAccountToken"])
 
 
