@@ -34,6 +34,7 @@ import yaml
 from dra_driver.cli.explain_text import render_text
 from dra_driver.core.shared_json import SharedDecoder
 from dra_driver.schedsim.allocator import Explanation, InvalidObject, explain
+from dra_driver.schedsim.allocator.admission import all_refusals
 from dra_driver.schedsim.allocator.objects import claim_spec
 from dra_driver.schedsim.allocator.validate import MAX_POD_CLAIMS, Reader, show
 from dra_driver.schedsim.gates import GateError, parse_feature_gates
@@ -375,7 +376,9 @@ def explain_objects(
     ``manifests``: pods, claims and templates; ``slices``: the ResourceSlices; ``classes``: the
     DeviceClasses (None: one per driver, see :func:`default_classes`); ``allocated``: claims already
     allocated. Documents of other kinds are ignored. Raises :class:`InputError` for anything
-    malformed or past the bounds of ``dra_driver.schedsim.allocator.validate``, naming it.
+    malformed or past the bounds of ``dra_driver.schedsim.allocator.validate``, naming it, and for
+    a claim, template or class whose selectors the API server would refuse (too long, not
+    compiling, too complex: ``dra_driver.schedsim.allocator.admission``), before anything is evaluated.
     """
     try:
         slice_objs = _of_kind(slices, "ResourceSlice")
@@ -385,6 +388,10 @@ def explain_objects(
             class_map = {}
             for i, c in enumerate(_of_kind(classes, "DeviceClass")):
                 class_map[_ident(c, "DeviceClass", i)[2]] = c
+        refused = all_refusals([*_of_kind(manifests, "ResourceClaim"), *_of_kind(manifests, "ResourceClaimTemplate")])
+        refused += all_refusals(_of_kind(classes or [], "DeviceClass"))
+        if refused:
+            raise InputError("\n".join(str(r) for r in refused))
         alloc_objs = _of_kind(allocated, "ResourceClaim")
         return [
             (label, explain(claims, slice_objs, class_map, alloc_objs, rules=rules))

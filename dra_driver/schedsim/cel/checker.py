@@ -10,7 +10,7 @@ and constant ``matches`` patterns.
 from __future__ import annotations
 
 from dra_driver.schedsim.cel import regex
-from dra_driver.schedsim.cel.decls import DEVICE_FIELDS, VARIABLES, Overload, functions
+from dra_driver.schedsim.cel.decls import VARIABLES, Overload, attribute_type, device_fields, functions, new_expression_functions
 from dra_driver.schedsim.cel.nodes import (
     Call,
     Comprehension,
@@ -23,7 +23,6 @@ from dra_driver.schedsim.cel.nodes import (
     Select,
 )
 from dra_driver.schedsim.cel.types import (
-    ANY,
     BOOL,
     BYTES,
     DEVICE,
@@ -98,9 +97,10 @@ def qualified_name(e: Expr) -> str | None:
 class Checker:
     """One check of one expression."""
 
-    def __init__(self, rules: Rules = NEWEST) -> None:
-        self.functions = functions(rules.includes, rules.cel_go)
-        self.attributes = map_of(STRING, map_of(STRING, DYN if rules.dyn_attributes else ANY))
+    def __init__(self, rules: Rules = NEWEST, *, new_expressions: bool = False) -> None:
+        self.functions = new_expression_functions(rules) if new_expressions else functions(rules.includes, rules.cel_go)
+        self.attributes = map_of(STRING, map_of(STRING, attribute_type(rules, new_expressions=new_expressions)))
+        self.device_fields = device_fields(rules, new_expressions=new_expressions)
         self.out = Checked()
         self.mapping = Mapping()
         self.scopes: list[dict[str, Type]] = []
@@ -197,8 +197,8 @@ class Checker:
         if target.kind == MAP_KIND:
             result = target.params[1]
         elif target.kind == STRUCT_KIND:
-            if target == DEVICE and name in DEVICE_FIELDS:
-                result = self.attributes if name == "attributes" else DEVICE_FIELDS[name]
+            if target == DEVICE and name in self.device_fields:
+                result = self.attributes if name == "attributes" else self.device_fields[name]
             else:
                 self.error(e, f"undefined field '{name}'")
         elif target.kind == TYPE_PARAM_KIND:
@@ -395,9 +395,13 @@ def validate(root: Expr, checked: Checked) -> None:  # noqa: PLR0912 - one branc
                     )
 
 
-def check(root: Expr, rules: Rules = NEWEST) -> Checked:
-    """Type-check ``root`` in the environment of ``rules``' release; then, when clean, run the validators."""
-    c = Checker(rules)
+def check(root: Expr, rules: Rules = NEWEST, *, new_expressions: bool = False) -> Checked:
+    """Type-check ``root`` in the environment of ``rules``' release; then, when clean, run the validators.
+
+    ``new_expressions``: the environment the API server compiles a new or changed selector in
+    (see ``decls.new_expression_functions``), not the scheduler's (stored expressions).
+    """
+    c = Checker(rules, new_expressions=new_expressions)
     c.check(root)
     c.finish()
     if not c.out.issues:

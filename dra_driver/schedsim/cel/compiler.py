@@ -4,35 +4,38 @@ Called by ``environment.py``. cel-python supplies the grammar and the parser; it
 used because its semantics differ from cel-go's wherever the scheduler's answer depends on them
 (cross-type numeric equality, error texts such as ``no such key: x``, errors absorbed by ``||``,
 type-checking at all). The stages are :mod:`syntax` (cel-go's tree shape, locations, macros),
-:mod:`checker` (types, overloads, validators) and :mod:`planner` (evaluation). Compile errors print
-as cel-go's issues do (``ERROR: <input>:1:5: ...`` with the source line and a caret).
+:mod:`checker` (types, overloads, validators), :mod:`estimate` (the API server's cost estimate)
+and :mod:`planner` (evaluation; :mod:`metered` for a selector that could reach the cost limit,
+built when first needed). Compile errors print as cel-go's issues do (``ERROR: <input>:1:5: ...``
+with the source line and a caret). A selector compiles in the scheduler's environment (stored
+expressions) or, for the API server's validation, in the environment for new expressions.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from dra_driver.schedsim.cel import types
-from dra_driver.schedsim.cel.checker import check
-from dra_driver.schedsim.cel.nodes import (
-    Call,
-    Comprehension,
-    CreateList,
-    CreateMap,
-    Expr,
-    Issue,
-    Select,
-    Source,
-    SyntaxIssue,
-)
+from dra_driver.schedsim.cel.checker import Checked, check
+from dra_driver.schedsim.cel.costmath import DEVICE_V131, DEVICE_V134
+from dra_driver.schedsim.cel.estimate import Environment, estimate
+from dra_driver.schedsim.cel.metered import metered_plan
+from dra_driver.schedsim.cel.nodes import Expr, Issue, Source, SyntaxIssue
 from dra_driver.schedsim.cel.planner import PlanError, plan
 from dra_driver.schedsim.cel.projection import Reads, reads
 from dra_driver.schedsim.cel.runtime import BUDGET, Plan, RuntimeBudget
 from dra_driver.schedsim.cel.syntax import parse
 from dra_driver.schedsim.rules import NEWEST, Rules
 
-COST_LIMIT = 1_000_000
-UNKNOWN_SIZE = 64  # an attribute value's declared maximum size (string length or list length)
+COST_LIMIT = 1_000_000  # resource.CELSelectorExpressionMaxCost (1.34-1.37): estimated and actual
+# A selector whose worst case (the estimate with what the interpreter charges beyond it) stays under
+# a tenth of the limit cannot reach the limit: it runs unmetered. The margin covers what the
+# estimator and the interpreter price differently (see estimate.py and cost.py).
+METER_DIVISOR = 10
 
-__all__ = ["BUDGET", "COST_LIMIT", "CompileError", "Plan", "RuntimeBudget", "compile_expression"]
+__all__ = ["BUDGET", "COST_LIMIT", "METER_DIVISOR", "CompileError", "Compiled", "Plan", "RuntimeBudget", "compile_expression"]
 
 
 class CompileError(Exception):
@@ -47,30 +50,41 @@ class CompileError(Exception):
         self.stage = stage
 
 
-def _estimate(e: Expr) -> float:
-    """A rough worst-case cost (the API server's estimate is only used by validation)."""
-    if isinstance(e, Select):
-        return 1 + _estimate(e.operand)
-    if isinstance(e, Call):
-        inner = sum(_estimate(a) for a in e.args) + (_estimate(e.target) if e.target is not None else 0)
-        heavy = e.function in ("contains", "startsWith", "endsWith", "matches", "find", "findAll", "split", "replace")
-        return 1 + inner + (UNKNOWN_SIZE if heavy or e.function == "@in" else 0)
-    if isinstance(e, CreateList):
-        return 1 + sum(_estimate(x) for x in e.elements)
-    if isinstance(e, CreateMap):
-        return 1 + sum(_estimate(en.key) + _estimate(en.value) for en in e.entries)
-    if isinstance(e, Comprehension):
-        size = len(e.iter_range.elements) if isinstance(e.iter_range, CreateList) else UNKNOWN_SIZE
-        body = _estimate(e.loop_condition) + _estimate(e.loop_step) + 1
-        return _estimate(e.iter_range) + _estimate(e.accu_init) + size * body + _estimate(e.result)
-    return 0
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A compiled selector: its result type, plans, cost estimates and what it reads.
+
+    ``plan`` charges no cost; ``metered()`` builds (once) the plan that charges what cel-go charges.
+    ``estimated_cost``: the API server's worst-case estimate (``MaxCost``); ``bound``: the same with
+    what the interpreter charges beyond the estimator (``estimate.py``), which decides whether an
+    evaluation needs metering (``bound > limit // METER_DIVISOR``).
+    """
+
+    result_type: str
+    plan: Plan
+    metered: Callable[[], Plan]
+    estimated_cost: int
+    bound: int
+    reads: Reads
 
 
-def compile_expression(text: str, rules: Rules = NEWEST) -> tuple[str, Plan, float, Reads]:
-    """(result type as cel-go prints it, plan, estimated cost, what it reads) in ``rules``' release. Raises :class:`CompileError`.
+def cost_environment(rules: Rules, *, new_expressions: bool = False, bound: bool = False) -> Environment:
+    """The estimator's view of a release's environment (stored: the scheduler's; new: the API server's for a new selector)."""
+    multi = rules.consumable_capacity or not new_expressions
+    return Environment(
+        cel_go=rules.cel_go,
+        includes="" if new_expressions else rules.includes,
+        device=DEVICE_V134 if multi else DEVICE_V131,
+        bound=bound,
+    )
+
+
+def compile_expression(text: str, rules: Rules = NEWEST, *, new_expressions: bool = False) -> Compiled:
+    """Compile ``text`` in ``rules``' release. Raises :class:`CompileError`.
 
     A selector evaluates to bool or to the type of an attribute value (the unknown type: ``any``
-    before 1.37, ``dyn`` from 1.37).
+    before 1.37, ``dyn`` from 1.37). ``new_expressions``: compile as the API server compiles a new
+    selector (``decls.new_expression_functions``), else as the scheduler does.
     """
     source = Source(text)
     try:
@@ -79,14 +93,27 @@ def compile_expression(text: str, rules: Rules = NEWEST) -> tuple[str, Plan, flo
         raise CompileError(source.render(err.issues)) from None
     except RecursionError:
         raise CompileError(source.render([Issue(0, "max recursion depth exceeded")])) from None
-    checked = check(root, rules)
+    checked = check(root, rules, new_expressions=new_expressions)
     if checked.issues:
         raise CompileError(source.render(checked.issues))
     result = checked.types[root.id]
-    if result not in (types.BOOL, types.DYN if rules.dyn_attributes else types.ANY):
+    if result not in (types.BOOL, types.ANY if new_expressions else (types.DYN if rules.dyn_attributes else types.ANY)):
         raise CompileError(f"must evaluate to bool or the unknown type, not {result.display()}", stage="result")
     try:
         program = plan(root, checked)
     except PlanError as err:
         raise CompileError(str(err), stage="plan") from None
-    return result.display(), program, _estimate(root), reads(root)
+    try:
+        cost = estimate(root, checked, cost_environment(rules, new_expressions=new_expressions))[1]
+        bound = estimate(root, checked, cost_environment(rules, new_expressions=new_expressions, bound=True))[1]
+    except RecursionError:
+        raise CompileError(source.render([Issue(0, "max recursion depth exceeded")])) from None
+    return Compiled(result.display(), program, _metered(root, checked, rules), cost, bound, reads(root))
+
+
+def _metered(root: Expr, checked: Checked, rules: Rules) -> Callable[[], Plan]:
+    @functools.cache
+    def build() -> Plan:
+        return metered_plan(root, checked, rules)
+
+    return build

@@ -42,6 +42,7 @@ from dra_driver.schedsim.cel.types import (
     param,
     type_of,
 )
+from dra_driver.schedsim.rules import Rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,3 +523,43 @@ DEVICE_FIELDS: dict[str, Type] = {
     "capacity": map_of(STRING, map_of(STRING, QUANTITY)),
     "allowMultipleAllocations": BOOL,
 }
+
+
+# -- the API server's environment for new expressions ------------------------------------------------
+# The API server compiles a new or changed selector in the environment of its minimum compatibility
+# version (the release before it, k8s.io/apiserver/pkg/cel/environment NewExpressions), with the
+# default feature gates; the scheduler (and a stored selector) gets everything the binary has. So a
+# new selector may not use: cel-go's lists extension (introduced in 1.34, so from 1.35), ``includes``
+# (DRA's of 1.36 and the lists library's of 1.37 need DRAListTypeAttributes, alpha, or 1.38), or
+# ``device.allowMultipleAllocations`` before DRAConsumableCapacity is on (1.36).
+EXT_LISTS_FUNCTIONS = frozenset({"slice", "flatten", "sort", "@sortByAssociatedKeys", "lists.range", "reverse", "distinct"})
+EXT_LISTS_NEW_FROM_MINOR = 35
+
+
+@functools.cache
+def _new_functions(includes: str, cel_go: int, ext_lists: bool) -> dict[str, tuple[Overload, ...]]:
+    out = {k: v for k, v in functions(includes, cel_go).items() if k != "includes"}
+    if not ext_lists:
+        out = {k: v for k, v in out.items() if k not in EXT_LISTS_FUNCTIONS}
+    return out
+
+
+def new_expression_functions(rules: Rules) -> dict[str, tuple[Overload, ...]]:
+    """The functions the API server of ``rules``' release lets a new selector use."""
+    return _new_functions(rules.includes, rules.cel_go, rules.minor >= EXT_LISTS_NEW_FROM_MINOR)
+
+
+def attribute_type(rules: Rules, *, new_expressions: bool = False) -> Type:
+    """The declared type of an attribute value: ``any``, or ``dyn`` where the stored 1.37 device declares it.
+
+    A new selector is compiled with list-type attributes off (the default gate), where 1.37 also
+    declares ``any``.
+    """
+    return DYN if rules.dyn_attributes and not new_expressions else ANY
+
+
+def device_fields(rules: Rules, *, new_expressions: bool = False) -> dict[str, Type]:
+    """The fields of ``device``; ``allowMultipleAllocations`` for a new selector only with consumable capacity."""
+    if new_expressions and not rules.consumable_capacity:
+        return {k: v for k, v in DEVICE_FIELDS.items() if k != "allowMultipleAllocations"}
+    return DEVICE_FIELDS

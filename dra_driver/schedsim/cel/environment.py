@@ -7,20 +7,26 @@ without a domain are filed under the driver's), ``capacity`` (quantities) and
 both :class:`CelError`, with the scheduler's wording after its prefix (``CEL compile error:`` /
 ``CEL runtime error:``). The errors (``errors.py``) and the ``device`` value (``device.py``) are
 defined below this module and re-exported from it.
+
+Cost, as Kubernetes bounds it: :func:`validate_selector` says what the API server says of a new
+selector (10 KiB, compilation, the estimated cost against 1,000,000), and every evaluation is held
+to the scheduler's run-time limit of 1,000,000, charged as cel-go charges it (``metered.py``) for
+any selector whose worst case could come near it; the others run unmetered, as they cannot.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.core.quantity import Quantity
-from dra_driver.schedsim.cel.compiler import BUDGET, COST_LIMIT, CompileError, Plan, RuntimeBudget, compile_expression
+from dra_driver.schedsim.cel.compiler import BUDGET, COST_LIMIT, METER_DIVISOR, CompileError, Plan, compile_expression
 from dra_driver.schedsim.cel.device import device_value, split_qualified_name
 from dra_driver.schedsim.cel.errors import CelCompileError, CelError, CelRuntimeError
 from dra_driver.schedsim.cel.projection import DeviceView, Projector
+from dra_driver.schedsim.cel.runtime import CostExceeded, RuntimeBudget
 from dra_driver.schedsim.cel.semver import Semver
 from dra_driver.schedsim.cel.values import CelType, EvalError, Optional, Panic, Uint, type_name
 from dra_driver.schedsim.rules import NEWEST, Rules
@@ -39,8 +45,9 @@ __all__ = [
     "validate_selector",
 ]
 
-MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength
-MAX_COST = COST_LIMIT  # resourceapi.CELSelectorExpressionMaxCost, estimated (validation) and actual (scheduling)
+MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength (1.34-1.37), in bytes
+MAX_COST = COST_LIMIT  # resourceapi.CELSelectorExpressionMaxCost (1.34-1.37), estimated (validation) and actual (scheduling)
+TOO_COMPLEX = "Forbidden: too complex, exceeds cost limit"
 
 
 _PROJECTION_CACHE_LIMIT = 65536
@@ -52,11 +59,13 @@ class CompiledSelector:
 
     expression: str
     result_type: str
-    estimated_cost: float
+    estimated_cost: int
     plan: Plan
     projector: Projector
     answers: dict[tuple[Any, ...], bool | CelRuntimeError] = field(default_factory=dict, compare=False)
     lists: bool = False  # the release converts list-typed attributes (Rules.list_attributes)
+    bound: int = 0  # the compiler's worst case with what the interpreter charges beyond the estimate
+    metered: Callable[[], Plan] | None = field(default=None, compare=False)
 
     def matches(self, device: Mapping[str, Any], *, driver: str, cost_limit: int = MAX_COST) -> bool:
         """Evaluate against one ResourceSlice device (API JSON). Raises :class:`CelRuntimeError`."""
@@ -89,12 +98,40 @@ class CompiledSelector:
         return hit
 
     def matches_value(self, value: dict[str, Any], *, cost_limit: int = MAX_COST) -> bool:
-        """Evaluate against a prepared ``device`` value (see :func:`device_value`)."""
+        """Evaluate against a prepared ``device`` value (see :func:`device_value`).
+
+        Held to ``cost_limit`` as the scheduler holds it: a selector that could come near it runs
+        metered, and over it fails with cel-go's ``operation cancelled: actual cost limit exceeded``.
+        """
+        if self.metered is not None and self.bound > cost_limit // METER_DIVISOR:
+            return self.evaluate(value, cost_limit=cost_limit)[0]
+        return self._run(self.plan, {"device": value})
+
+    def evaluate_device(self, device: Mapping[str, Any], *, driver: str, cost_limit: int = MAX_COST) -> tuple[bool, int]:
+        """:meth:`evaluate` on one ResourceSlice device (API JSON), converted as :meth:`matches` converts it."""
+        return self.evaluate(device_value(device, driver=driver, lists=self.lists), cost_limit=cost_limit)
+
+    def evaluate(self, value: dict[str, Any], *, cost_limit: int = MAX_COST) -> tuple[bool, int]:
+        """Evaluate metered, whatever the estimate: (result, cost charged). Raises :class:`CelRuntimeError`.
+
+        An error carries the cost charged until it happened (``.cost``; over the limit: when cancelled).
+        """
+        if self.metered is None:
+            raise CelRuntimeError("internal error: no metered plan")
         budget = RuntimeBudget(cost_limit)
         try:
-            result = self.plan({"device": value, BUDGET: budget})
+            return self._run(self.metered(), {"device": value, BUDGET: budget}), budget.cost
+        except CelRuntimeError as err:
+            raise CelRuntimeError(err.message, cost=budget.cost) from None
+
+    @staticmethod
+    def _run(plan: Plan, act: dict[str, Any]) -> bool:
+        try:
+            result = plan(act)
         except EvalError as err:
             raise CelRuntimeError(str(err)) from None
+        except CostExceeded as err:
+            raise CelRuntimeError(str(err), cost=err.cost) from None
         except Panic as err:
             raise CelRuntimeError(f"internal error: {err}") from None
         except RecursionError:
@@ -150,11 +187,19 @@ def compile_selector(expression: str, rules: Rules = NEWEST) -> CompiledSelector
         hit = _cache.get(key)
     if hit is None:
         try:
-            rtype, plan, cost, what = compile_expression(expression, rules)
-            hit = CompiledSelector(expression, rtype, cost, plan, Projector(what), lists=rules.list_attributes)
+            c = compile_expression(expression, rules)
+            hit = CompiledSelector(
+                expression,
+                c.result_type,
+                c.estimated_cost,
+                c.plan,
+                Projector(c.reads),
+                lists=rules.list_attributes,
+                bound=c.bound,
+                metered=c.metered,
+            )
         except CompileError as err:
-            prefix = {"check": "compilation failed: ", "result": "", "plan": "program instantiation failed: "}[err.stage]
-            hit = CelCompileError(prefix + str(err))
+            hit = CelCompileError(_PREFIX[err.stage] + str(err), stage=err.stage)
         with _cache_lock:
             _cache[key] = hit
     if isinstance(hit, CelCompileError):
@@ -162,19 +207,71 @@ def compile_selector(expression: str, rules: Rules = NEWEST) -> CompiledSelector
     return hit
 
 
+_PREFIX = {"check": "compilation failed: ", "result": "", "plan": "program instantiation failed: "}
+_validated: dict[tuple[str, Rules], list[str]] = {}
+_VALIDATED_LIMIT = 4096
+
+
 def validate_selector(expression: str, rules: Rules = NEWEST) -> list[str]:
-    """The API server's checks of a selector: length, compilation, estimated cost (empty list if valid)."""
-    if len(expression.encode("utf-8")) > MAX_EXPRESSION_LENGTH:
+    """What the API server of ``rules``' release says of a new selector: [] if it takes it.
+
+    Its checks, in its order (``validateCELExpression`` of ``k8s.io/kubernetes/pkg/apis/resource/
+    validation``): at most 10 KiB (bytes; a longer one is not compiled), compilation in the
+    environment for new expressions, then the estimated cost against 1,000,000. Each problem is
+    worded as the API server's field error after the field's path: ``Too long: may not be more
+    than 10240 bytes``, ``Invalid value: "<expression>": compilation failed: ...``, ``Internal
+    error: program instantiation failed: ...``, ``Forbidden: too complex, exceeds cost limit``.
+    """
+    key = (expression, rules)
+    with _cache_lock:
+        hit = _validated.get(key)
+    if hit is not None:
+        return list(hit)
+    problems = _validate(expression, rules)
+    with _cache_lock:
+        if len(_validated) >= _VALIDATED_LIMIT:
+            _validated.clear()
+        _validated[key] = problems
+    return list(problems)
+
+
+def _validate(expression: str, rules: Rules) -> list[str]:
+    if len(expression.encode("utf-8", "surrogatepass")) > MAX_EXPRESSION_LENGTH:
         return [f"Too long: may not be more than {MAX_EXPRESSION_LENGTH} bytes"]
     try:
-        sel = compile_selector(expression, rules)
-    except CelCompileError as err:
-        return [err.message]
-    if sel.estimated_cost > MAX_COST:
-        return [
-            f"estimated cost {int(sel.estimated_cost)} exceeds budget by factor of more than 100x"
-            if sel.estimated_cost > 100 * MAX_COST
-            else f"cost estimate {int(sel.estimated_cost)} exceeded budget {MAX_COST}: "
-            "too complex, try simplifying the expression"
-        ]
+        c = compile_expression(expression, rules, new_expressions=True)
+    except CompileError as err:
+        detail = _PREFIX[err.stage] + str(err)
+        if err.stage == "plan":
+            return [f"Internal error: {detail}"]
+        return [f"Invalid value: {go_quote(expression)}: {detail}"]
+    if c.estimated_cost > MAX_COST:
+        return [TOO_COMPLEX]
     return []
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def go_quote(text: str) -> str:
+    """Go's ``%q`` of a string (``strconv.Quote``): printable characters kept, the rest escaped."""
+    out = ['"']
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            n = ord(ch)
+            if n < 0x80:
+                out.append(f"\\x{n:02x}")
+            elif 0xD800 <= n < 0xE000:
+                out.append("\\ufffd")
+            elif n < 0x10000:
+                out.append(f"\\u{n:04x}")
+            else:
+                out.append(f"\\U{n:08x}")
+    out.append('"')
+    return "".join(out)

@@ -19,12 +19,23 @@ class CelError(Exception):
 
 
 class CelCompileError(CelError):
-    """The expression does not compile (syntax, types, result not bool)."""
+    """The expression does not compile (syntax, types, result not bool); ``stage``: check, result or plan."""
 
     kind = "compile"
 
+    def __init__(self, message: str, *, stage: str = "check") -> None:
+        super().__init__(message)
+        self.stage = stage
+
 
 class CelRuntimeError(CelError):
-    """Evaluating against one device failed (missing attribute, no such overload, overflow, cost)."""
+    """Evaluating against one device failed (missing attribute, no such overload, overflow, cost).
+
+    ``cost``: for a cancelled evaluation, the cost charged when it went over the limit.
+    """
 
     kind = "runtime"
+
+    def __init__(self, message: str, *, cost: int | None = None) -> None:
+        super().__init__(message)
+        self.cost = cost

@@ -9,7 +9,8 @@ optimizations the Kubernetes environment turns on (``OptOptimize``) are reproduc
 change answers: type conversions of constants run at plan time (a failure is a compile-class
 ``program instantiation failed`` error), ``x in [constants]`` becomes a set lookup with cel-go's
 numeric keys, and constant regex patterns compile at plan time. What the closures call while
-they run (field access, the cost budget, set keys) is in ``runtime.py``.
+they run (field access, set keys) is in ``runtime.py``. These plans charge no cost: a selector
+whose worst case could reach the cost limit gets a metered plan instead (``metered.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from dra_driver.schedsim.cel.nodes import (
     Select,
 )
 from dra_driver.schedsim.cel.runtime import (
-    BUDGET,
     Activation,
     ErrorValue,
     Plan,
@@ -351,7 +351,7 @@ class Planner:
         result = self.plan(e.result)
         it_var, it_var2, accu_var = e.iter_var, e.iter_var2, e.accu_var
 
-        def run(act: Activation) -> Any:  # noqa: PLR0912 - one branch per expression kind / call shape, as cel-go's planner
+        def run(act: Activation) -> Any:
             items = rng(act)
             pairs: list[tuple[Any, Any]] | None = None
             if type(items) is list:
@@ -373,10 +373,7 @@ class Planner:
                 inner[accu_var] = init(act)
             except EvalError as err:
                 inner[accu_var] = ErrorValue(err)
-            budget = act.get(BUDGET)
             for x in seq:
-                if budget is not None:
-                    budget.charge()
                 inner[it_var] = x
                 try:
                     c = cond(inner)
@@ -396,10 +393,7 @@ class Planner:
                 inner[accu_var] = init(act)
             except EvalError as err:
                 inner[accu_var] = ErrorValue(err)
-            budget = act.get(BUDGET)
             for k, v in pairs:
-                if budget is not None:
-                    budget.charge()
                 inner[it_var], inner[it_var2] = k, v
                 try:
                     c = cond(inner)

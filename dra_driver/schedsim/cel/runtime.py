@@ -1,8 +1,8 @@
 """What planned CEL closures use while they run: errors held as values, the cost budget, field access, set keys.
 
-Called by the planner (``planner.py``), whose closures call these per evaluation, and by the
-environment (through ``compiler.py``), which gives each evaluation a :class:`RuntimeBudget` under
-the activation key :data:`BUDGET`. Field selection and indexing follow cel-go's attribute rules
+Called by the planners (``planner.py``, ``metered.py``), whose closures call these per evaluation,
+and by the environment (through ``compiler.py``), which gives each metered evaluation a
+:class:`RuntimeBudget` under the activation key :data:`BUDGET`. Field selection and indexing follow cel-go's attribute rules
 (``no such key: x``, ``index out of bounds: 5``, optional chains); :func:`set_keys` and
 :func:`set_key` give the numeric keys cel-go uses for ``x in [constants]`` turned into a set.
 """
@@ -29,8 +29,26 @@ class ErrorValue:
         self.error = error
 
 
+COST_EXCEEDED = "operation cancelled: actual cost limit exceeded"
+
+
+class CostExceeded(Exception):
+    """The evaluation went over its cost limit: it is cancelled, whatever would have absorbed an error.
+
+    Not an :class:`EvalError`: cel-go cancels the evaluation with a panic that no ``||``, ``&&``,
+    ``@not_strictly_false`` or fold accumulator absorbs.
+    """
+
+    def __init__(self, cost: int) -> None:
+        super().__init__(COST_EXCEEDED)
+        self.cost = cost
+
+
 class RuntimeBudget:
-    """Counts evaluation cost against the scheduler's per-evaluation limit (approximately, per iteration)."""
+    """The cost charged so far in one evaluation, against the scheduler's per-evaluation limit.
+
+    The metered plans (``metered.py``) charge it what cel-go's cost tracker charges, step by step.
+    """
 
     __slots__ = ("cost", "limit")
 
@@ -38,10 +56,10 @@ class RuntimeBudget:
         self.cost, self.limit = 0, limit
 
     def charge(self, n: int = 1) -> None:
-        """Add ``n`` and fail once over the limit."""
+        """Add ``n``; over the limit, cancel the evaluation (:class:`CostExceeded`)."""
         self.cost += n
         if self.cost > self.limit:
-            raise EvalError("operation cancelled: actual cost limit exceeded")
+            raise CostExceeded(self.cost)
 
 
 # -- attribute qualification ---------------------------------------------------------------------

@@ -59,8 +59,16 @@ def blank_optional_syntax(text: str) -> tuple[str, set[int], set[int]]:
 
 _WS = " \t\n\f\r"
 _INT64_MIN = -(1 << 63)
+_MAX_DECIMAL_DIGITS = 20  # more digits than any int64 or uint64 has
 _INT64_MAX = (1 << 63) - 1
 _UINT64_MAX = (1 << 64) - 1
+
+
+def _int_body(body: str) -> int | None:
+    """The value of an int or uint literal's digits; None past any 64-bit value's (``int()`` refuses 4,300)."""
+    if body[:2].lower() == "0x":
+        return int(body, 16)
+    return None if len(body.lstrip("0")) > _MAX_DECIMAL_DIGITS else int(body)
 
 
 class Builder(MacroExpander):
@@ -270,19 +278,17 @@ class Builder(MacroExpander):
         kind, text, at = tok.type, str(tok), self._start(tok)
         value: Any
         if kind == "INT_LIT":
-            body = text.lstrip("-")
-            v = int(body, 16) if body[:2].lower() == "0x" else int(body)
-            v = -v if text.startswith("-") else v
-            if not _INT64_MIN <= v <= _INT64_MAX:
-                return self._error(at, f"invalid int literal '{text}'")
+            v = _int_body(text.lstrip("-"))
+            if v is not None and text.startswith("-"):
+                v = -v
+            if v is None or not _INT64_MIN <= v <= _INT64_MAX:
+                return self._error(at, "invalid int literal")
             value = v
         elif kind == "UINT_LIT":
             body = text[:-1]
-            if body.startswith("-"):
-                return self._error(at, f"invalid uint literal '{text}'")
-            u = int(body, 16) if body[:2].lower() == "0x" else int(body)
-            if u > _UINT64_MAX:
-                return self._error(at, f"invalid uint literal '{text}'")
+            u = None if body.startswith("-") else _int_body(body)
+            if u is None or u > _UINT64_MAX:
+                return self._error(at, "invalid uint literal")
             value = Uint(u)
         elif kind == "FLOAT_LIT":
             value = float(text)
