@@ -42,7 +42,7 @@ class Spec:
 # Per release: "<gate> <minor>:<on|off>:<ALPHA|BETA|GA>[:locked][:min<minor>] ... [<- <dependency>,...]",
 # transcribed from the release's pkg/features/kube_features.go (defaultVersionedKubernetesFeatureGates,
 # defaultKubernetesFeatureGateDependencies): the DRA gates, DynamicResourceAllocation and what they depend on.
-_TABLES_TEXT: dict[int, str] = {
+TABLES_TEXT: dict[int, str] = {
     34: """
 DRAAdminAccess 32:off:ALPHA 34:on:BETA
 DRAConsumableCapacity 34:off:ALPHA
@@ -58,7 +58,7 @@ DynamicResourceAllocation 26:off:ALPHA 32:off:BETA 34:on:GA
     35: """
 DRAAdminAccess 32:off:ALPHA 34:on:BETA <- DynamicResourceAllocation
 DRAConsumableCapacity 34:off:ALPHA <- DynamicResourceAllocation
-DRADeviceBindingConditions 34:off:ALPHA <- DynamicResourceAllocation,DRAResourceClaimDeviceStatus
+DRADeviceBindingConditions 34:off:ALPHA <- DRAResourceClaimDeviceStatus,DynamicResourceAllocation
 DRADeviceTaintRules 35:off:ALPHA <- DRADeviceTaints
 DRADeviceTaints 33:off:ALPHA <- DynamicResourceAllocation
 DRAExtendedResource 34:off:ALPHA <- DynamicResourceAllocation
@@ -71,7 +71,7 @@ DynamicResourceAllocation 26:off:ALPHA 32:off:BETA 34:on:GA 35:on:GA:locked
     36: """
 DRAAdminAccess 32:off:ALPHA 34:on:BETA 36:on:GA:locked <- DynamicResourceAllocation
 DRAConsumableCapacity 34:off:ALPHA 36:on:BETA <- DynamicResourceAllocation
-DRADeviceBindingConditions 34:off:ALPHA 36:on:BETA <- DynamicResourceAllocation,DRAResourceClaimDeviceStatus
+DRADeviceBindingConditions 34:off:ALPHA 36:on:BETA <- DRAResourceClaimDeviceStatus,DynamicResourceAllocation
 DRADeviceTaintRules 35:off:ALPHA 36:off:BETA <- DRADeviceTaints
 DRADeviceTaints 33:off:ALPHA 36:on:BETA <- DynamicResourceAllocation
 DRAExtendedResource 34:off:ALPHA 36:on:BETA <- DynamicResourceAllocation
@@ -80,7 +80,7 @@ DRANodeAllocatableResources 36:off:ALPHA <- DynamicResourceAllocation
 DRAPartitionableDevices 33:off:ALPHA 36:on:BETA <- DynamicResourceAllocation
 DRAPrioritizedList 33:off:ALPHA 34:on:BETA 36:on:GA <- DynamicResourceAllocation
 DRAResourceClaimDeviceStatus 32:off:ALPHA 33:on:BETA
-DRAResourceClaimGranularStatusAuthorization 36:on:BETA <- DynamicResourceAllocation,DRAResourceClaimDeviceStatus
+DRAResourceClaimGranularStatusAuthorization 36:on:BETA <- DRAResourceClaimDeviceStatus,DynamicResourceAllocation
 DRAResourcePoolStatus 36:off:ALPHA <- DynamicResourceAllocation
 DRASchedulerFilterTimeout 34:on:BETA <- DynamicResourceAllocation
 DRAWorkloadResourceClaims 36:off:ALPHA <- DynamicResourceAllocation,GenericWorkload
@@ -91,8 +91,8 @@ GenericWorkload 35:off:ALPHA
 DRAAdminAccess 32:off:ALPHA 34:on:BETA 36:on:GA:locked <- DynamicResourceAllocation
 DRAConsumableCapacity 34:off:ALPHA 36:on:BETA <- DynamicResourceAllocation
 DRADerivedAttributes 37:off:ALPHA <- DynamicResourceAllocation
-DRADeviceBindingConditions 34:off:ALPHA 36:on:BETA <- DynamicResourceAllocation,DRAResourceClaimDeviceStatus
-DRADeviceCompatibilityGroups 37:off:ALPHA <- DynamicResourceAllocation,DRAPartitionableDevices
+DRADeviceBindingConditions 34:off:ALPHA 36:on:BETA <- DRAResourceClaimDeviceStatus,DynamicResourceAllocation
+DRADeviceCompatibilityGroups 37:off:ALPHA <- DRAPartitionableDevices,DynamicResourceAllocation
 DRADeviceTaintRules 35:off:ALPHA 36:off:BETA 37:on:GA <- DRADeviceTaints
 DRADeviceTaints 33:off:ALPHA 36:on:BETA 37:on:GA <- DynamicResourceAllocation
 DRAExtendedResource 34:off:ALPHA 36:on:BETA 37:on:GA:locked <- DynamicResourceAllocation
@@ -101,10 +101,10 @@ DRAListTypeAttributes 36:off:ALPHA <- DynamicResourceAllocation
 DRANodeAllocatableResources 36:off:ALPHA <- DynamicResourceAllocation
 DRAOptionalNodeOperations 37:off:ALPHA <- DynamicResourceAllocation,NodeDeclaredFeatures
 DRAPartitionableDevices 33:off:ALPHA 36:on:BETA <- DynamicResourceAllocation
-DRAPartitionableDevicesType 37:off:ALPHA <- DynamicResourceAllocation,DRAPartitionableDevices,DRAResourcePoolStatus
+DRAPartitionableDevicesType 37:off:ALPHA <- DRAPartitionableDevices,DRAResourcePoolStatus,DynamicResourceAllocation
 DRAPrioritizedList 33:off:ALPHA 34:on:BETA 36:on:GA 37:on:GA:locked <- DynamicResourceAllocation
 DRAResourceClaimDeviceStatus 32:off:ALPHA 33:on:BETA 37:on:GA:locked
-DRAResourceClaimGranularStatusAuthorization 36:on:BETA <- DynamicResourceAllocation,DRAResourceClaimDeviceStatus
+DRAResourceClaimGranularStatusAuthorization 36:on:BETA <- DRAResourceClaimDeviceStatus,DynamicResourceAllocation
 DRAResourcePoolStatus 36:off:ALPHA <- DynamicResourceAllocation
 DRASchedulerFilterTimeout 34:on:BETA <- DynamicResourceAllocation
 DRAWorkloadResourceClaims 36:off:ALPHA 37:off:BETA <- DynamicResourceAllocation,GenericWorkload
@@ -135,7 +135,7 @@ def _parse_table(text: str) -> tuple[dict[str, tuple[Spec, ...]], dict[str, tupl
     return specs, deps
 
 
-_PARSED = {m: _parse_table(t) for m, t in _TABLES_TEXT.items()}
+_PARSED = {m: _parse_table(t) for m, t in TABLES_TEXT.items()}
 TABLES: dict[int, dict[str, tuple[Spec, ...]]] = {m: p[0] for m, p in _PARSED.items()}
 DEPENDENCIES: dict[int, dict[str, tuple[str, ...]]] = {m: p[1] for m, p in _PARSED.items()}
 
@@ -180,64 +180,77 @@ def _go_parse_bool(text: str) -> bool | None:
 
 def known_gates(minor: int) -> frozenset[str]:
     """Every gate name the release's kube-scheduler accepts in ``--feature-gates``."""
+    return frozenset(TABLES[minor]) | frozenset(_others(minor)) | {_ALL_ALPHA, _ALL_BETA}
+
+
+def _others(minor: int) -> dict[str, tuple[str, bool, bool]]:
+    """The release's other gates: name -> (prerelease, default, locked) at the stock versions."""
     from dra_driver.schedsim.gate_names import OTHER_GATES  # a long list, read only when a flag is given
 
-    return frozenset(TABLES[minor]) | OTHER_GATES[minor] | {_ALL_ALPHA, _ALL_BETA}
+    return OTHER_GATES[minor]
+
+
+def _stages(minor: int) -> dict[str, tuple[str, bool, bool]]:
+    """Every gate of the release: name -> (prerelease, default, locked) at the stock versions (None-free: PreAlpha left out)."""
+    out = dict(_others(minor))
+    for name, specs in TABLES[minor].items():
+        spec = spec_at(specs, minor, minor - 1)
+        if spec is not None:
+            out[name] = (spec.pre_release, spec.default, spec.locked)
+    return out
 
 
 def gate_values(minor: int, overrides: Mapping[str, bool] | None = None) -> dict[str, bool]:
     """The value of every gate of ``TABLES[minor]`` in kube-scheduler 1.<minor> started with ``--feature-gates`` ``overrides``.
 
-    Raises :class:`GateError` with the scheduler's message where it would refuse to start.
-    Overrides of gates outside the table are checked for being known and otherwise have no effect here.
+    Raises :class:`GateError` with the scheduler's message where it would refuse to start (the
+    gates outside the table are checked as well; their values have no effect on an allocation).
     """
     table = TABLES[minor]
-    emulation, min_compat = minor, minor - 1
     given = dict(overrides or {})
-    if given:
-        known = known_gates(minor)
-        unknown = next((name for name in given if name not in known), None)
-        if unknown is not None:
-            raise GateError(f"unrecognized feature gate: {unknown}")
-    enabled = _explicit(table, given, emulation, min_compat)
+    if not given:
+        return {
+            name: (s.default if (s := spec_at(specs, minor, minor - 1)) is not None else False) for name, specs in table.items()
+        }
+    known = known_gates(minor)
+    unknown = next((name for name in given if name not in known), None)
+    if unknown is not None:
+        raise GateError(f"unrecognized feature gate: {unknown}")
+    stages = _stages(minor)
+    enabled = _explicit(minor, stages, given)
     for special, stage in ((_ALL_ALPHA, "ALPHA"), (_ALL_BETA, "BETA")):
         if special in given:
-            for name, specs in table.items():
-                spec = spec_at(specs, emulation, min_compat)
-                if spec is not None and spec.pre_release == stage and name not in given:
+            for name, (pre, _, _) in stages.items():
+                if pre == stage and name not in given:
                     enabled[name] = given[special]
-    values: dict[str, bool] = {}
-    for name, specs in table.items():
-        spec = spec_at(specs, emulation, min_compat)
-        values[name] = enabled.get(name, spec.default if spec is not None else False)
+    values = {name: enabled.get(name, stage[1]) for name, stage in stages.items()}
+    from dra_driver.schedsim.gate_names import OTHER_DEPENDENCIES  # (as above)
+
     problems = []
-    for name, deps in sorted(DEPENDENCIES[minor].items()):
-        off = [d for d in deps if not values.get(d, False)] if values[name] else []
+    for name, deps in sorted({**OTHER_DEPENDENCIES[minor], **DEPENDENCIES[minor]}.items()):
+        off = [d for d in deps if not values.get(d, False)] if values.get(name, False) else []
         if off:
             problems.append(f"{name} is enabled, but depends on features that are disabled: [{' '.join(off)}]")
     if problems:
         raise GateError(_aggregate(problems))
-    return values
+    return {name: values.get(name, False) for name in table}
 
 
-def _explicit(
-    table: Mapping[str, tuple[Spec, ...]], given: Mapping[str, bool], emulation: int, min_compat: int
-) -> dict[str, bool]:
-    """The values set for the table's gates, checked as ``unsafeSetFromMap`` checks them; raises :class:`GateError`."""
+def _explicit(minor: int, stages: Mapping[str, tuple[str, bool, bool]], given: Mapping[str, bool]) -> dict[str, bool]:
+    """The values set, checked as ``unsafeSetFromMap`` checks them; raises :class:`GateError`."""
     errors: list[str] = []
     enabled: dict[str, bool] = {}
     for name, value in given.items():
-        specs = table.get(name)
-        if specs is None:
-            continue  # AllAlpha/AllBeta (applied after), or a gate without effect on allocation
-        spec = spec_at(specs, emulation, min_compat)
-        if spec is None:
+        if name in (_ALL_ALPHA, _ALL_BETA):
+            continue  # applied after the others
+        stage = stages.get(name)
+        if stage is None:
             errors.append(
                 f"cannot set feature gate {name} to {_go_bool(value)}, feature is PreAlpha at emulated version "
-                f"1.{emulation}, min compatibility version 1.{min_compat}"
+                f"1.{minor}, min compatibility version 1.{minor - 1}"
             )
-        elif spec.locked and spec.default != value:
-            errors.append(f"cannot set feature gate {name} to {_go_bool(value)}, feature is locked to {_go_bool(spec.default)}")
+        elif stage[2] and stage[1] != value:
+            errors.append(f"cannot set feature gate {name} to {_go_bool(value)}, feature is locked to {_go_bool(stage[1])}")
         else:
             enabled[name] = value
     if errors:

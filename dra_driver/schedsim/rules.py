@@ -154,6 +154,31 @@ class Rules:
     consumable_capacity: bool
     # 1.35's allocator gives CEL ``device.allowMultipleAllocations`` as false for every device.
     selectors_see_multiple_allocations: bool
+    # DRAPartitionableDevices (on from 1.36): without it the allocator ignores slices with counter sets or
+    # per-device node selection (1.35; 1.34: the latter only), checks no counters and allocates no device
+    # that consumes counters.
+    partitionable_devices: bool
+    # DRADeviceTaints (on from 1.36): without it device taints are ignored.
+    device_taints: bool
+    # DRADeviceBindingConditions with DRAResourceClaimDeviceStatus (on from 1.36): without them a device
+    # with binding conditions is never selected.
+    binding_conditions: bool
+    # Pools whose devices have binding conditions come after the others (1.36+; 1.35 keeps no order of
+    # pools at all: Go's map order, which no simulation can follow, so dra-gpu keeps (driver, pool)).
+    binding_pools_last: bool
+    # 1.35's incubating allocator knows no distinctAttribute: such a constraint aborts ("empty constraint").
+    distinct_attribute: bool
+    # A node's own slices (nodeName) are gathered before the others, and a pool's slices are walked by
+    # name (1.36+); 1.35 gathers and walks them in the order it is given them.
+    node_slices_first: bool
+    # 1.34's experimental allocator: a pool is what the node gathers (slices in input order, those with
+    # binding-condition devices after the others), never completed from the pool's other slices; an
+    # incomplete pool's devices are allocated all the same (only allocationMode All refuses it), and
+    # the search aborts when it reaches an invalid pool ("pool <name> is invalid: ...").
+    pools_as_gathered: bool
+    # The next device of a request is looked for after the one just taken (1.36+); before, from the
+    # first device again (skipping those taken), which matters where a constraint depends on the order.
+    search_resumes: bool
     # 1.37 with DRADeviceCompatibilityGroups off: a slice with a device whose counter consumption names
     # compatibility groups is ignored, so its pool is incomplete (before 1.37 the field does not exist).
     ignores_compatibility_groups: bool
@@ -235,6 +260,15 @@ def _rules(m: int, given: tuple[tuple[str, bool], ...]) -> Rules:
         refuses_capacity_requests=variant == "experimental" and "DRAConsumableCapacity" not in features,
         consumable_capacity="DRAConsumableCapacity" in features,
         selectors_see_multiple_allocations=m != 35,
+        partitionable_devices="DRAPartitionableDevices" in features,
+        device_taints="DRADeviceTaints" in features,
+        binding_conditions=_BINDING_AND_STATUS in features
+        or {"DRADeviceBindingConditions", "DRAResourceClaimDeviceStatus"} <= features,
+        binding_pools_last=m >= 36,
+        distinct_attribute=m != 35,
+        node_slices_first=m >= 36,
+        pools_as_gathered=m == 34,
+        search_resumes=m >= 36,
         ignores_compatibility_groups=new and "DRADeviceCompatibilityGroups" not in features,
         refuses_derived_attributes=new and "DRADerivedAttributes" not in features,
     )

@@ -4,11 +4,14 @@ A case is what ``e2e/cmd/celdiff`` takes as ``{"kind": "allocate", ...}``: node 
 ResourceSlices (``cluster.py``), DeviceClasses (selector-free, by driver, by capacity, rarely a
 failing one), already-allocated claims (dedicated, shared with consumed capacity, admin access)
 and the pod's claims: ``ExactCount`` 1-3 and ``All`` requests and ``firstAvailable`` lists (``All``
-subrequests too) with selectors, tolerations (Equal/Exists, with and without an effect), capacity
-requests and admin access, and ``matchAttribute``/``distinctAttribute`` constraints naming no,
-some or sub- requests. With the bulk pool the pod's last claim pushes against the 32-device limit:
-subrequests of 16-33 devices beside other requests, ``All`` requests that would go over it, and
-claims that are over it at once. Every object is one the API server accepts (but for the rare
+subrequests too) with selectors (some reading list-typed attributes), tolerations (Equal/Exists,
+with and without an effect), capacity requests (some in milli units), admin access and, rarely,
+derived attributes, and ``matchAttribute``/``distinctAttribute`` constraints naming no, some or
+sub- requests, over scalar, list-typed and mixed attributes. Some cases ask for the scheduler with
+``DRAFractionalCapacityRange=true`` (``featureGates``), the rest for the release's defaults. With
+the bulk pool the pod's last claim pushes against the 32-device limit: subrequests of 16-33
+devices beside other requests, ``All`` requests that would go over it, and claims that are over
+it at once. Every object is one the API server accepts (but for the rare
 selector that does not compile, as one stored before a downgrade), with the fields it defaults
 (allocation mode, count, toleration operator). Counts and claims are cut down where the search
 could walk more than ``SEARCH_BOUND`` combinations; ``coverage.py`` counts what the cases hold.
@@ -27,6 +30,9 @@ from tests.differential.devices import Draw
 from tests.differential.oracle import allocate_case
 
 DRIVERS = ("gpu.dra-gpu.dev", "net.example.com")
+FRACTIONAL_GATE = "DRAFractionalCapacityRange=true"  # beta in 1.37, off in a stock scheduler
+FRACTIONAL_GATE_SINCE = 37
+LISTS_CONVERT_SINCE = 37  # before, a device with a list-typed attribute fails every selector
 # Selectors that cannot fail on any device ("{d}": the first driver).
 SAFE_SELECTORS = (
     'device.attributes["{d}"].?numa.orValue(0) == 1',
@@ -36,6 +42,10 @@ SAFE_SELECTORS = (
     'device.attributes["{d}"].?driverVersion.orValue(semver("0.0.0")).compareTo(semver("570.0.0")) >= 0',
     'device.attributes["{d}"].?model.orValue("") == "H100"',
     "true",
+    # List-typed attributes (CEL lists from 1.37; before, any selector fails on such a device).
+    '"nic1" in device.attributes["{d}"].?nics.orValue([])',
+    'device.attributes["{d}"].?nics.orValue([]).size() > 1',
+    'device.attributes["{d}"].?numa.orValue(0) == 1 || device.attributes["{d}"].?numa.orValue([]) == [0, 1]',
 )
 # Selectors that fail at run time on a device of another driver (fine behind the first driver's classes).
 DRIVER_SELECTORS = (
@@ -61,10 +71,12 @@ TOLERATIONS = (
     {"operator": "Exists", "effect": "NoSchedule"},
 )
 CAPACITY_REQUESTS = ("1Gi", "5Gi", "5Gi", "8Gi", "8Gi", "12Gi", "30Gi", "100Gi")
+# Requests of cores: milli units (rounded up to the range's step), one past the milli range's precision.
+CORE_REQUESTS = ("250m", "300m", "1", "1500m", "2", "150100u", "5")
 # Attributes a constraint compares, by kind (every device has a distinct index, so matching it fails for two devices).
 CONSTRAINT_ATTRIBUTES = {
-    "matchAttribute": ("model", "numa", "numa", "driverVersion", "migCapable", "pcieRoot", "index"),
-    "distinctAttribute": ("index", "index", "model", "numa", "pcieRoot", "driverVersion"),
+    "matchAttribute": ("model", "numa", "numa", "driverVersion", "migCapable", "pcieRoot", "index", "nics"),
+    "distinctAttribute": ("index", "index", "model", "numa", "pcieRoot", "driverVersion", "nics", "nics"),
 }
 
 
@@ -112,11 +124,15 @@ def _body(rng: random.Random, driver: str, classes: list[str], *, sub: bool) -> 
         r["tolerations"] = rng.sample(TOLERATIONS, rng.choice((1, 1, 2)))
     if rng.random() < 0.25:
         reqs = {"memory": rng.choice(CAPACITY_REQUESTS)}
-        if rng.random() < 0.2:
-            reqs[rng.choice(("cores", "bandwidth"))] = rng.choice(("1", "2"))  # bandwidth: no device has it
+        if rng.random() < 0.3:
+            reqs["cores"] = rng.choice(CORE_REQUESTS)
+        elif rng.random() < 0.1:
+            reqs["bandwidth"] = rng.choice(("1", "2"))  # no device has it
         r["capacity"] = {"requests": reqs}
     if not sub and rng.random() < 0.1:
         r["adminAccess"] = True
+    if rng.random() < 0.02:  # alpha (1.37): refused while DRADerivedAttributes is off
+        r["derivedAttributes"] = [{"name": "derived/numa", "expression": f'device.attributes["{driver}"].?numa.orValue(0)'}]
     return r
 
 
@@ -310,8 +326,11 @@ def _allocated(draw: Draw[Any], slices: list[dict[str, Any]]) -> list[dict[str, 
 
 
 @st.composite
-def allocation_cases(draw: Draw[Any]) -> dict[str, Any]:
-    """One ``allocate`` case for celdiff (and :func:`tests.differential.oracle.python_allocate`)."""
+def allocation_cases(draw: Draw[Any], minor: int = 37) -> dict[str, Any]:
+    """One ``allocate`` case for celdiff (and :func:`tests.differential.oracle.python_allocate`) of release 1.<minor>.
+
+    (Only 1.37+ knows DRAFractionalCapacityRange; before, every case asks for the default gates.)
+    """
     rng = rng_of(draw)
     labels = node_labels(rng)
     drivers = list(DRIVERS[: draw(st.integers(1, 2))])
@@ -320,7 +339,8 @@ def allocation_cases(draw: Draw[Any]) -> dict[str, Any]:
     slices: list[dict[str, Any]] = []
     for i, (driver, pi) in enumerate(pools):
         flaw = rng.choice(FLAWS) if i == flawed else None
-        slices += pool_slices(draw, driver, f"pool-{pi}", f"{DRIVERS.index(driver)}-{pi}", labels, flaw)
+        lists = 1.0 if minor >= LISTS_CONVERT_SINCE else 0.2
+        slices += pool_slices(draw, driver, f"pool-{pi}", f"{DRIVERS.index(driver)}-{pi}", labels, flaw, lists)
     bulk = draw(st.integers(0, 3)) == 0
     if bulk:
         slices += bulk_slices(draw)
@@ -330,4 +350,7 @@ def allocation_cases(draw: Draw[Any]) -> dict[str, Any]:
     if bulk:
         claims.append(_bulk_claim(draw))
     allocated = _allocated(draw, slices)
-    return allocate_case(node=NODE, slices=slices, classes=classes, claims=claims, allocated=allocated, node_labels=labels)
+    case = allocate_case(node=NODE, slices=slices, classes=classes, claims=claims, allocated=allocated, node_labels=labels)
+    if rng.random() < 0.3 and minor >= FRACTIONAL_GATE_SINCE:
+        case["featureGates"] = FRACTIONAL_GATE
+    return case

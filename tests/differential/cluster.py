@@ -8,10 +8,12 @@ labels the case generates, ``matchFields`` on ``metadata.name``) or ``perDeviceN
 target different nodes; some keep a stale generation. A pool given one of ``FLAWS`` misses a
 slice (incomplete), disagrees on its slice count, repeats a device name or consumes a counter or
 counter set that does not exist (invalid).
-Devices carry attributes, capacity (shareable ones with a request policy that fits the capacity,
-as API validation demands), counter consumption, taints of every effect, binding conditions
-(with failure conditions, as validation demands) and ``bindsToNode``; some pools mix devices
-with and without binding conditions. The bulk pool holds 34-40 plain devices for the claims that
+Devices carry attributes (``numa`` sometimes list-typed, ``nics`` always: one attribute name a
+scalar on some devices and a list on others), capacity (shareable ones with a request policy that
+fits the capacity, as API validation demands; ``cores`` with a fractional ``validRange`` in milli
+units), counter consumption (sometimes naming compatibility groups), taints of every effect,
+binding conditions (with failure conditions, as validation demands) and ``bindsToNode``; some
+pools mix devices with and without binding conditions. The bulk pool holds 34-40 plain devices for the claims that
 push against the 32-device limit.
 
 Details come from a ``random.Random`` seeded by a Hypothesis draw per object (a draw per field
@@ -21,6 +23,7 @@ so shrinking still removes slices, devices and claims.
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -37,6 +40,7 @@ SLOTS = "example.com/slots"
 LABEL_VALUES = {HOSTNAME: (NODE, OTHER_NODE), RACK: ("r1", "r2"), FAMILY: ("hopper", "ampere"), SLOTS: ("4", "8", "16")}
 BULK_DRIVER = "bulk.example.com"
 MODELS = ("H100", "A100", "L4")
+NICS = ("nic0", "nic1", "nic2")
 TAINT_KEYS = ("example.com/broken", "example.com/maint")
 CONDITIONS = ("example.com/attached", "example.com/ready")
 FAILURE_CONDITIONS = ("example.com/failed", "example.com/timeout")
@@ -150,23 +154,44 @@ def _policy(rng: random.Random, value_gi: int) -> dict[str, Any] | None:
     return {"default": f"{rng.choice(values)}Gi", "validValues": [f"{v}Gi" for v in values]}
 
 
+# Fractional ranges of ``cores`` (KEP-5491): bounds exact in milli units, the default on a step.
+FRACTIONAL_RANGES = (
+    {"default": "1", "validRange": {"min": "100m", "step": "100m"}},
+    {"default": "1", "validRange": {"min": "250m", "step": "250m", "max": "4"}},
+    {"default": "500m", "validRange": {"min": "500m", "step": "500m"}},
+    {"default": "1500m", "validRange": {"min": "1500m"}},
+)
+
+
 def _capacity(rng: random.Random, shared: bool) -> dict[str, Any]:
     value_gi = rng.choice((16, 40, 80))
     cap: dict[str, Any] = {"memory": {"value": f"{value_gi}Gi"}}
-    if rng.random() < 0.2:
+    if rng.random() < (0.5 if shared else 0.2):
         cap["cores"] = {"value": rng.choice(("4", "8"))}
     if shared:
         policy = _policy(rng, value_gi)
         if policy is not None:
             cap["memory"]["requestPolicy"] = policy
+        if "cores" in cap and rng.random() < 0.6:
+            cap["cores"]["requestPolicy"] = json.loads(json.dumps(rng.choice(FRACTIONAL_RANGES)))
     return cap
 
 
-def device(rng: random.Random, driver: str, name: str, index: int, *, counter_sets: list[str], binding: bool) -> dict[str, Any]:
-    """One device of a slice (``counter_sets``: those of its pool, ``binding``: with binding conditions)."""
+def device(
+    rng: random.Random, driver: str, name: str, index: int, *, counter_sets: list[str], binding: bool, lists: float = 1.0
+) -> dict[str, Any]:
+    """One device of a slice (``counter_sets``: those of its pool, ``binding``: with binding conditions).
+
+    ``lists``: how often list-typed attributes come, relative to a 1.37 case (before 1.37 any
+    selector fails on such a device, so older releases get fewer, to keep their other cases).
+    """
     attrs: dict[str, Any] = {"model": {"string": rng.choice(MODELS)}, "index": {"int": index}}
     if rng.random() < 0.75:
-        attrs["numa"] = {"int": rng.randint(0, 1)}
+        # Sometimes list-typed (1.37 converts it for CEL; constraints compare it as a non-scalar).
+        listed = rng.random() < 0.2 * lists
+        attrs["numa"] = {"ints": sorted(rng.sample((0, 1), rng.randint(1, 2)))} if listed else {"int": rng.randint(0, 1)}
+    if rng.random() < 0.15 * lists and "ints" not in attrs.get("numa", {}):  # (one list: before 1.37 the only failing one)
+        attrs["nics"] = {"strings": rng.sample(NICS, rng.randint(1, 2))}
     if rng.random() < 0.75:
         attrs["migCapable"] = {"bool": rng.random() < 0.5}
     if rng.random() < 0.75:
@@ -184,6 +209,8 @@ def device(rng: random.Random, driver: str, name: str, index: int, *, counter_se
         dev["consumesCounters"] = [
             {"counterSet": cs, "counters": {"memory": {"value": rng.choice(("10Gi", "20Gi", "40Gi"))}}} for cs in sets
         ]
+        if rng.random() < 0.02:  # alpha (1.37): with the gate off the scheduler ignores the whole slice
+            dev["consumesCounters"][0]["compatibilityGroups"] = rng.sample(("a", "b"), rng.randint(1, 2))
     if rng.random() < 0.15:
         dev["taints"] = [
             {
@@ -230,7 +257,7 @@ FLAWS = ("incomplete", "count", "duplicate", "bogus counter", "missing set")
 
 
 def pool_slices(
-    draw: Draw[Any], driver: str, pool: str, prefix: str, labels: dict[str, str], flaw: str | None
+    draw: Draw[Any], driver: str, pool: str, prefix: str, labels: dict[str, str], flaw: str | None, lists: float = 1.0
 ) -> list[dict[str, Any]]:
     """The slices of one pool; ``flaw`` (one of ``FLAWS``) makes it incomplete or invalid.
 
@@ -256,7 +283,7 @@ def pool_slices(
         devs = []
         for _ in range(size):
             with_binding = binding == "all" or (binding == "mixed" and rng.random() < 0.5)
-            d = device(rng, driver, f"dev-{index}", index, counter_sets=counter_sets, binding=with_binding)
+            d = device(rng, driver, f"dev-{index}", index, counter_sets=counter_sets, binding=with_binding, lists=lists)
             if mine.get("perDeviceNodeSelection"):
                 d.update(_device_targeting(rng, labels))
             devs.append(d)

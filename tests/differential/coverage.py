@@ -4,7 +4,9 @@
 names, from ``FEATURES``, of everything the case holds that the scheduler's allocator treats
 specially (node selection of every kind, binding conditions, admin access, taints and
 tolerations, counters, consumable capacity, ``firstAvailable`` near and over the 32-device limit,
-``All``, constraints, broken pools). The differential test counts them in ``COUNTS`` (and the Go
+``All``, constraints, broken pools; list-typed attributes in selectors and constraints, compatibility
+groups, derived attributes, fractional capacity ranges with DRAFractionalCapacityRange on and off).
+The differential test counts them in ``COUNTS`` (and the Go
 outcomes in ``OUTCOMES``), asserts every feature reached ``MIN_CASES``, and ``conftest.py`` prints
 the table at the end of the session, so a feature the generator stopped producing shows as 0.
 """
@@ -77,6 +79,17 @@ FEATURES = (
     "constraint naming requests",
     "constraint naming a subrequest",
     "selector that errors",
+    "list-typed attribute",
+    "selector reading a list-typed attribute",
+    "matchAttribute over a list-typed attribute",
+    "distinctAttribute over a list-typed attribute",
+    "constraint attribute a scalar here, a list there",
+    "compatibilityGroups",
+    "derivedAttributes",
+    "fractional validRange",
+    "fractional validRange, gate on",
+    "fractional validRange, gate off",
+    "capacity request in milli units",
 )
 OUTCOME_NAMES = ("allocated", "unsatisfiable", "error: abort", "error: node")
 
@@ -183,9 +196,21 @@ def _gi(value: str) -> int:
     return int(value.removesuffix("Gi")) if value.endswith("Gi") else 0
 
 
+def _list_typed(a: Mapping[str, Any]) -> bool:
+    return any(k in a for k in ("ints", "bools", "strings", "versions"))
+
+
 def _devices(case: Mapping[str, Any], out: set[str]) -> None:
+    fractional = False
     for s in case["slices"]:
         for d in s["spec"].get("devices") or []:
+            if any(_list_typed(a) for a in (d.get("attributes") or {}).values()):
+                out.add("list-typed attribute")
+            if any(cc.get("compatibilityGroups") for cc in d.get("consumesCounters") or []):
+                out.add("compatibilityGroups")
+            for cap in (d.get("capacity") or {}).values():
+                rng = (cap.get("requestPolicy") or {}).get("validRange") or {}
+                fractional = fractional or any(str(v).endswith("m") for v in rng.values())
             if d.get("bindingConditions") is not None:
                 out.add("bindingConditions")
             if d.get("bindsToNode"):
@@ -201,6 +226,10 @@ def _devices(case: Mapping[str, Any], out: set[str]) -> None:
                     out.add("requestPolicy validValues")
                 elif "default" in policy:
                     out.add("requestPolicy default only")
+    if fractional:
+        out.add("fractional validRange")
+        on = "DRAFractionalCapacityRange=true" in case.get("featureGates", "")
+        out.add(f"fractional validRange, gate {'on' if on else 'off'}")
     for c in case["allocated"]:
         for r in c["status"]["allocation"]["devices"]["results"]:
             if r.get("adminAccess"):
@@ -222,6 +251,10 @@ def _request(body: Mapping[str, Any], out: set[str], *, sub: bool) -> None:
         out.add("adminAccess request")
     if (body.get("capacity") or {}).get("requests"):
         out.add("capacity request")
+        if any(str(v).endswith(("m", "u")) for v in body["capacity"]["requests"].values()):
+            out.add("capacity request in milli units")
+    if body.get("derivedAttributes"):
+        out.add("derivedAttributes")
     for t in body.get("tolerations") or []:
         out.add(f"toleration {t['operator']}")
         out.add("toleration with effect" if t.get("effect") else "toleration without effect")
@@ -229,6 +262,8 @@ def _request(body: Mapping[str, Any], out: set[str], *, sub: bool) -> None:
         expr = sel["cel"]["expression"]
         if "coolingType" in expr or "model > 1" in expr or expr == "device.nope":
             out.add("selector that errors")
+        if "nics" in expr or "orValue([])" in expr:
+            out.add("selector reading a list-typed attribute")
 
 
 def _claims(case: Mapping[str, Any], out: set[str]) -> None:
@@ -255,11 +290,28 @@ def _claims(case: Mapping[str, Any], out: set[str]) -> None:
         elif highs > MAX_RESULTS:
             out.add("claim over the limit with one choice")
         for c in claim["spec"]["devices"].get("constraints") or []:
-            out.add("matchAttribute" if "matchAttribute" in c else "distinctAttribute")
+            kind = "matchAttribute" if "matchAttribute" in c else "distinctAttribute"
+            out.add(kind)
+            _list_constraint(case, kind, c[kind], out)
             if c.get("requests"):
                 out.add("constraint naming requests")
                 if any("/" in n for n in c["requests"]):
                     out.add("constraint naming a subrequest")
+
+
+def _list_constraint(case: Mapping[str, Any], kind: str, name: str, out: set[str]) -> None:
+    """A constraint's attribute: list-typed on some device of the case, a scalar on another."""
+    ident = name.split("/", 1)[1] if "/" in name else name
+    kinds = set()
+    for s in case["slices"]:
+        for d in s["spec"].get("devices") or []:
+            a = (d.get("attributes") or {}).get(ident) or (d.get("attributes") or {}).get(name)
+            if a is not None:
+                kinds.add(_list_typed(a))
+    if True in kinds:
+        out.add(f"{kind} over a list-typed attribute")
+        if False in kinds:
+            out.add("constraint attribute a scalar here, a list there")
 
 
 def features(case: Mapping[str, Any]) -> set[str]:

@@ -2,8 +2,11 @@
 
 Used by ``selectors.py`` (the CEL selector grammar builds expressions over a generated device)
 and ``allocations.py`` (devices of random ResourceSlices). Devices carry attributes of every type
-(int, bool, string, version; bare names filed under the driver, qualified names under other
-domains and the driver's own) and capacities; at most one version does not parse.
+(int, bool, string, version, and the list-typed ints, bools, strings and versions; bare names
+filed under the driver, qualified names under other domains and the driver's own) and capacities;
+at most one attribute fails conversion in some release (a version that does not parse, alone or
+in a list, or a list-typed value, which releases before 1.37 do not convert): Go reports the first
+in random map order.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ OTHER_DOMAINS = ("resource.kubernetes.io", "other.example.com")
 UNKNOWN_DOMAIN = "unknown.example.org"
 IDS = ("model", "cores", "index", "migCapable", "driverVersion", "uuid", "numaNode", "memory", "slots", "family")
 KINDS = ("int", "bool", "string", "version")
+LIST_KINDS = ("ints", "bools", "strings", "versions")
 
 INTS = (0, 1, -1, 2, 3, 7, 8, 80, 132, 1000, 1024, 2**31, 2**53 + 1, 2**63 - 1, -(2**63))
 STRINGS = (
@@ -167,9 +171,16 @@ def devices(draw: Draw[Any], driver: str | None = None, name: str = "dev") -> De
     attributes: dict[str, Any] = {}
     bad_version = False  # at most one unparsable version: Go reports the first in random map order
     for pub, domain, ident in _names(draw, drv, draw(st.integers(0, 8)), set()):
-        kind = draw(st.sampled_from(KINDS))
-        value = _value(draw, kind, bad_ok=not bad_version)
-        bad_version = bad_version or (kind == "version" and value in BAD_VERSIONS)
+        # At most one attribute that fails conversion in some release (a list before 1.37, a bad version).
+        kind = draw(st.sampled_from(KINDS if bad_version else KINDS + KINDS + LIST_KINDS))
+        if kind in LIST_KINDS:
+            value: Any = [_value(draw, kind[:-1], bad_ok=True) for _ in range(draw(st.integers(1, 4)))]
+            if kind == "versions" and sum(v in BAD_VERSIONS for v in value) > 1:
+                value = [v for v in value if v not in BAD_VERSIONS] or [value[0]]
+            bad_version = True
+        else:
+            value = _value(draw, kind, bad_ok=not bad_version)
+            bad_version = bad_version or (kind == "version" and value in BAD_VERSIONS)
         attributes[pub] = {kind: value}
         spec.attrs.append(Attr(pub, domain, ident, kind, value))
     capacity: dict[str, Any] = {}

@@ -4,7 +4,8 @@
 time (the program answers each line as it comes). ``python_selector`` and ``python_allocate``
 compute dra-gpu's answers in exactly the shape celdiff prints, so a test compares dicts; both follow
 the rules of one Kubernetes release (``minor``; default: ``e2e/K8S_VERSION``'s), as each celdiff
-answers for the release it is built for.
+answers for the release it is built for, at the case's ``featureGates`` (kube-scheduler's
+``--feature-gates``; none: the release's defaults).
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from dra_driver.core.quantity import parse_quantity
 from dra_driver.schedsim.allocator import AllocatedState, NodeAllocator, gather_pools
 from dra_driver.schedsim.allocator.model import claim_key
 from dra_driver.schedsim.cel import CelCompileError, CelRuntimeError, compile_selector
+from dra_driver.schedsim.gates import parse_feature_gates
 from dra_driver.schedsim.rules import Rules, minor_of, rules_for
 from e2e.cluster import E2E_DIR, K8S_VERSION, bin_dir
 
 
-def release_rules(minor: int | None = None) -> Rules:
-    """The simulator's rules for Kubernetes 1.<minor> (None: the default release, ``e2e/K8S_VERSION``)."""
-    return rules_for(minor_of(K8S_VERSION) if minor is None else minor)
+def release_rules(minor: int | None = None, feature_gates: str = "") -> Rules:
+    """The simulator's rules for Kubernetes 1.<minor> (None: the default release, ``e2e/K8S_VERSION``) at ``feature_gates``."""
+    gates = parse_feature_gates(feature_gates) if feature_gates else None
+    return rules_for(minor_of(K8S_VERSION) if minor is None else minor, gates)
 
 
 class OracleMissing(RuntimeError):
@@ -118,7 +121,7 @@ def allocate_case(
 
 def python_allocate(case: Mapping[str, Any], *, minor: int | None = None) -> dict[str, Any]:
     """dra-gpu's simulated allocation for an ``allocate`` case, shaped like celdiff's answer, by Kubernetes 1.<minor>'s rules."""
-    rules = release_rules(minor)
+    rules = release_rules(minor, case.get("featureGates", ""))
     classes = {str(c["metadata"]["name"]): c for c in case["classes"]}
     labels = case.get("nodeLabels") or {}
     pools = gather_pools(case["slices"], case["node"], labels, rules)

@@ -1,12 +1,14 @@
 """Hypothesis strategies: random CEL selectors over random DRA devices (``devices.py``).
 
 A case is (driver, device, expression). Devices carry attributes of every type (int, bool,
-string, version; bare names filed under the driver, qualified names under other domains and the
-driver's own) and capacities. Expressions come from a typed grammar that mostly reads names the
-device has, sometimes names it lacks or domains it does not have, and covers comparisons (also
-across types), ``&&``/``||``/``!``/ternary, ``has()``, ``.?x.orValue()``, ``in``, the string
-functions, the quantity and semver libraries, ``isQuantity``/``isSemver``, ``cel.bind``, list
-literals with ``exists``/``all``, arithmetic and ``device.driver``/``allowMultipleAllocations``.
+string, version, and list-typed ints, bools, strings and versions; bare names filed under the
+driver, qualified names under other domains and the driver's own) and capacities. Expressions
+come from a typed grammar that mostly reads names the device has, sometimes names it lacks or
+domains it does not have, and covers comparisons (also across types), ``&&``/``||``/``!``/ternary,
+``has()``, ``.?x.orValue()``, ``in``, the string functions, the quantity and semver libraries,
+``isQuantity``/``isSemver``, ``cel.bind``, list literals with ``exists``/``all``, list-typed
+attributes (``includes``, ``in``, ``size``, indexing, ``exists``/``all``, the lists and sets
+libraries), arithmetic and ``device.driver``/``allowMultipleAllocations``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tests.differential.devices import (
     DRIVERS,
     IDS,
     INTS,
+    LIST_KINDS,
     OTHER_DOMAINS,
     QUANTITIES,
     STRINGS,
@@ -212,6 +215,7 @@ class Grammar(RegexGrammar):
             lambda: f"device.allowMultipleAllocations == {self.pick(('true', 'false'))}",
             lambda: f"device.driver == {cel_string(self.pick((*DRIVERS, 'x')))}",
             lambda: self.list_test(depth),
+            lambda: self.list_attr_test(),
             lambda: self.misc_test(depth),
             lambda: self.misc_test(depth),
         ]
@@ -314,6 +318,34 @@ class Grammar(RegexGrammar):
             lambda: f"{lst}.map(x, x == {term}).exists(y, y)",
             lambda: f"{self.known_domain()}.exists(k, k.startsWith({cel_string(self.pick(('c', 'm', 'u')))}))",
         )
+
+    def list_attr_test(self) -> str:
+        """A test of a list-typed attribute (of a list kind the device has, usually)."""
+        a = self.attr(self.pick(LIST_KINDS))
+        term = self.any_term(0)
+        return self.one_of(
+            lambda: f"{a}.includes({term})",
+            lambda: f"{term} in {a}",
+            lambda: f"{a}.size() {self.op()} {self.pick((0, 1, 2, 4))}",
+            lambda: f"size({a}) == {self.pick((1, 2))}",
+            lambda: f"{a}.exists(x, x {self.op()} {term})",
+            lambda: f"{a}.all(x, x {self.op()} {term})",
+            lambda: f"{a}.exists(v, v.compareTo(semver({cel_string(self.pick(VERSIONS))})) {self.op()} 0)",
+            lambda: f"{a}[{self.pick((0, 1, 3, -1))}] {self.op()} {term}",
+            lambda: f"{a} == {self.list_lit()}",
+            lambda: f"sets.{self.pick(('contains', 'intersects'))}({a}, {self.list_lit()})",
+            lambda: f"{a}.{self.pick(('sum', 'min', 'max'))}() {self.op()} {term}",
+            lambda: f"{a}.sort()[0] {self.op()} {term}",
+            lambda: f"{a}.filter(x, x != {term}).size() > 0",
+            lambda: (
+                f"{self.domain_of_list()}.?{self.pick([x.ident for x in self.dev.attrs] or list(IDS))}.orValue([]).size() > 0"
+            ),
+        )
+
+    def domain_of_list(self) -> str:
+        """``device.attributes["d"]`` of a domain with a list-typed attribute, if the device has one."""
+        lists = [a for a in self.dev.attrs if a.kind in LIST_KINDS]
+        return self._domain_ref(self.pick(lists).domain) if lists else self.known_domain()
 
     def misc_test(self, depth: int) -> str:
         d = max(depth - 1, 0)

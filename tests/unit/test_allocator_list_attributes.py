@@ -5,8 +5,9 @@ Each expectation is what the release's own Go allocator answers at its default g
 ``tests/differential``): 1.37 converts list-typed attributes for CEL whatever DRAListTypeAttributes
 says, and its incubating allocator compares constraint values as scalars (the first device is
 always accepted, a later non-scalar never); 1.36 fails the device's selectors on them; 1.34 and
-1.35 do not know the list fields at all (an attribute with no value). Compatibility groups and
-derived attributes exist from 1.37, behind alpha gates that are off.
+1.35 do not know the list fields at all (an attribute with no value), and the allocator of 1.35
+knows no distinctAttribute. Compatibility groups and derived attributes exist from 1.37, behind
+alpha gates that are off.
 """
 
 from __future__ import annotations
@@ -103,21 +104,30 @@ def test_match_attribute_refuses_a_later_list_and_a_scalar_after_a_list(rules: R
         assert allocate(rules, slices, c) is None, (first, second)
 
 
-@pytest.mark.parametrize("rules", [R34, R35, R36, R37])
+@pytest.mark.parametrize("rules", [R34, R36, R37])
 def test_distinct_attribute_accepts_a_scalar_after_a_list_but_no_list_after_a_value(rules: Rules) -> None:
     later_scalar = [slice_("s", [numa_device("gpu-0", {"ints": [0, 1]}), numa_device("gpu-1", {"int": 0})])]
     c = claim(request(count=2), constraints=[{"distinctAttribute": NUMA}])
     assert allocate(rules, later_scalar, c) == [(f"{DRIVER}/p/gpu-0", {}), (f"{DRIVER}/p/gpu-1", {})]
     later_list = [slice_("s", [numa_device("gpu-0", {"int": 0}), numa_device("gpu-1", {"ints": [1]})])]
-    assert allocate(rules, later_list, c) is None
+    if rules is R34:  # its search starts from the first device again: the list first, then the scalar beside it
+        assert allocate(rules, later_list, c) == [(f"{DRIVER}/p/gpu-1", {}), (f"{DRIVER}/p/gpu-0", {})]
+    else:
+        assert allocate(rules, later_list, c) is None
 
 
 def test_distinct_attribute_compares_scalars_by_pointer_in_1_34() -> None:
     slices = [slice_("s", [numa_device("gpu-0", {"int": 0}), numa_device("gpu-1", {"int": 0})])]
     c = claim(request(count=2), constraints=[{"distinctAttribute": NUMA}])
     assert allocate(R34, slices, c) == [(f"{DRIVER}/p/gpu-0", {}), (f"{DRIVER}/p/gpu-1", {})]
-    for rules in (R35, R36, R37):
+    for rules in (R36, R37):
         assert allocate(rules, slices, c) is None
+
+
+def test_distinct_attribute_is_unknown_to_the_allocator_of_1_35() -> None:
+    slices = [slice_("s", [numa_device("gpu-0", {"int": 0}), numa_device("gpu-1", {"int": 1})])]
+    c = claim(request(count=2), constraints=[{"distinctAttribute": NUMA}])
+    assert allocate(R35, slices, c) == "claim ns/c, constraint #0: empty constraint (unsupported constraint type?)"
 
 
 def _consumer(name: str, **extra: Any) -> dict[str, Any]:
@@ -147,7 +157,8 @@ def test_a_request_with_derived_attributes_is_refused_in_1_37() -> None:
         "claim ns/c, request gpu: cannot handle request with derived attributes, the feature is disabled"
     )
     assert allocate(R36, slices, c) is None  # the field does not exist: the constraint finds no such attribute
-    sub = {"name": "gpu", "firstAvailable": [{"name": "one", "deviceClassName": "any", "derivedAttributes": derived}]}
+    one = {"name": "one", "deviceClassName": "any", "allocationMode": "ExactCount", "count": 1, "derivedAttributes": derived}
+    sub = {"name": "gpu", "firstAvailable": [one]}
     assert allocate(R37, slices, claim(sub)) == (
         "claim ns/c, request one: cannot handle request with derived attributes, the feature is disabled"
     )

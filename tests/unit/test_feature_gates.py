@@ -69,6 +69,7 @@ def test_the_flag_is_read_as_kube_scheduler_reads_it() -> None:
         (37, "NoSuchGate=true", "unrecognized feature gate: NoSuchGate"),
         (34, "DRAFractionalCapacityRange=true", "unrecognized feature gate: DRAFractionalCapacityRange"),
         (37, "DRAAdminAccess=false", "cannot set feature gate DRAAdminAccess to false, feature is locked to true"),
+        (37, "AllAlpha=true", "WorkloadWithJob is enabled, but depends on features that are disabled"),
         (
             37,
             "DRAConsumableCapacity=false,DRAFractionalCapacityRange=true",
@@ -79,7 +80,7 @@ def test_the_flag_is_read_as_kube_scheduler_reads_it() -> None:
 def test_values_the_scheduler_refuses_at_start_up_are_refused(minor: int, flags: str, message: str) -> None:
     with pytest.raises(GateError) as err:
         rules_for(minor, parse_feature_gates(flags))
-    assert str(err.value) == message
+    assert message in str(err.value)
 
 
 def test_a_gate_that_does_not_change_allocation_is_accepted() -> None:
@@ -99,7 +100,8 @@ def test_all_beta_turns_on_fractional_capacity_ranges_in_1_37() -> None:
     ("minor", "flags", "names"),
     [
         (37, "DRAListTypeAttributes=true", "allocator feature DRAListTypeAttributes on"),
-        (37, "AllAlpha=true", "allocator feature DRADerivedAttributes on"),
+        (37, "DRADerivedAttributes=true", "allocator feature DRADerivedAttributes on"),
+        (37, "DRADeviceCompatibilityGroups=true", "allocator feature DRADeviceCompatibilityGroups on"),
         (37, "DRAConsumableCapacity=false", "allocator feature DRAConsumableCapacity off"),
         (36, "DRAListTypeAttributes=true", "CEL feature EnableListTypeAttributes on"),
         (34, "DRAResourceClaimDeviceStatus=false", "allocator feature DRAResourceClaimDeviceStatus off"),

@@ -32,7 +32,7 @@ def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Can
     # (a field no device has where selectors do not see allowMultipleAllocations: None, as the allocator keys it)
     multi_key = "allowMultipleAllocations" if allocator.rules.selectors_see_multiple_allocations else _NO_FIELD
     for pool in allocator.pools:
-        if pool.incomplete or pool.invalid:
+        if (pool.incomplete and not allocator.rules.pools_as_gathered) or pool.invalid:
             out.append(
                 Candidate(
                     node, f"{pool.name}/*", "unavailable", pool.incomplete or f"pool {pool.pool_id} is invalid: {pool.invalid}"
@@ -113,9 +113,15 @@ def _after_selectors(
         return Candidate(a.node, name, "error", f"request {req.name}: {err}")
     if not ok:
         return Candidate(a.node, name, "unavailable", why)
-    if d.get("consumesCounters") and not d.get("allowMultipleAllocations") and not a.counters_fit(pool, d, reserve=False):
-        return Candidate(a.node, name, "unavailable", "shared counters exhausted (partitions already in use)")
-    taint = untolerated_taint(d, req)
+    if d.get("consumesCounters") and (
+        not a.rules.partitionable_devices
+        or (not d.get("allowMultipleAllocations") and not a.counters_fit(pool, d, reserve=False))
+    ):
+        why = "shared counters exhausted (partitions already in use)"
+        if not a.rules.partitionable_devices:
+            why = "consumes counters, but DRAPartitionableDevices is off"
+        return Candidate(a.node, name, "unavailable", why)
+    taint = untolerated_taint(d, req) if a.rules.device_taints else None
     if taint is not None:
         return Candidate(
             a.node,

@@ -150,10 +150,11 @@ class SliceIndex:
     slice by (driver, pool name); each list in input order.
     """
 
-    __slots__ = ("always", "by_node", "by_pool", "counter_checks", "counter_values", "rest")
+    __slots__ = ("all", "always", "by_node", "by_pool", "counter_checks", "counter_values", "rest")
 
     def __init__(self, slices: Sequence[Mapping[str, Any]], rules: Rules = NEWEST) -> None:
         self.always = rules.counter_slices_always_gathered
+        self.all = slices if not rules.node_slices_first else ()  # 1.34 and 1.35 gather every slice in input order
         self.by_node: dict[str, list[Mapping[str, Any]]] = {}
         self.rest: list[Mapping[str, Any]] = []
         self.by_pool: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -228,15 +229,15 @@ def gather_pools(
     by_pool: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     if index is None:
         index = SliceIndex(slices, rules)
+    if rules.pools_as_gathered:
+        return _gather_as_is(index.all, node, labels, rules)
     always = index.always
     ignore = rules.ignores_compatibility_groups
     # Slices of other nodes never match this one: the node's own, then the rest.
     own = index.by_node.get(node, []) if node is not None else []
-    for s in [*own, *index.rest]:
+    for s in [*own, *index.rest] if rules.node_slices_first else index.all:
         sp = slice_spec(s)
-        if ignore and uses_compatibility_groups(sp):
-            continue
-        if not _relevant(sp, node, labels, always):
+        if _ignored(sp, rules) or not _relevant(sp, node, labels, always):
             continue
         pid = (str(sp.get("driver") or ""), str((sp.get("pool") or {}).get("name") or ""))
         gen = _generation(s)
@@ -258,11 +259,76 @@ def gather_pools(
             if why:
                 pools.append(Pool(driver, name, incomplete=why))
                 continue
-        pools.append(_build_pool(driver, name, mine, all_slices, rules, index.counter_checks, index.counter_values))
-    # By (driver, pool), complete pools with binding-condition devices after all others (the
-    # incubating allocator tries devices that need no binding step first).
+        if not rules.partitionable_devices:  # no counter sets (their slices are ignored), nothing to check against them
+            pools.append(_plain_pool(Pool(driver, name), mine, all_slices))
+            continue
+        by_name = sorted(mine, key=lambda s: str((s.get("metadata") or {}).get("name", "")))  # (1.36+)
+        pools.append(_build_pool(driver, name, by_name, all_slices, rules, index.counter_checks, index.counter_values))
     if len(pools) > 1:  # (one pool, the usual node: nothing to order, no device to scan for binding conditions)
+        _order(pools, rules)
+    return pools
+
+
+def _order(pools: list[Pool], rules: Rules) -> None:
+    """By (driver, pool), complete pools with binding-condition devices after all others where the release does so.
+
+    (The incubating allocator of 1.36+ tries devices that need no binding step first; 1.35 keeps
+    its pools in Go's map order, which no simulation can follow.)
+    """
+    if rules.binding_pools_last:
         pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
+    else:
+        pools.sort(key=lambda p: (p.driver, p.name))
+
+
+def _ignored(sp: Mapping[str, Any], rules: Rules) -> bool:
+    """A slice the release's allocator ignores: with compatibility groups (1.37, gate off), or of partitionable devices (off)."""
+    if rules.ignores_compatibility_groups and uses_compatibility_groups(sp):
+        return True
+    return not rules.partitionable_devices and (sp.get("perDeviceNodeSelection") is not None or bool(sp.get("sharedCounters")))
+
+
+def _has_binding_conditions(sp: Mapping[str, Any]) -> bool:
+    return any(d.get("bindingConditions") is not None for d in sp.get("devices") or [])
+
+
+def _gather_as_is(slices: Sequence[Mapping[str, Any]], node: str | None, labels: Mapping[str, str], rules: Rules) -> list[Pool]:
+    """``GatherPools`` of 1.34's experimental allocator (see :attr:`Rules.pools_as_gathered`)."""
+    by_pool: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    later: list[Mapping[str, Any]] = []
+
+    def add(s: Mapping[str, Any]) -> None:
+        sp = slice_spec(s)
+        pid = (str(sp.get("driver") or ""), str((sp.get("pool") or {}).get("name") or ""))
+        have = by_pool.get(pid)
+        if have is None or _generation(s) > _generation(have[0]):
+            by_pool[pid] = [s]
+        elif _generation(s) == _generation(have[0]):
+            have.append(s)
+
+    for s in slices:
+        sp = slice_spec(s)
+        if not rules.partitionable_devices and sp.get("perDeviceNodeSelection") is not None:
+            continue
+        if not _relevant(sp, node, labels, False):
+            continue
+        if _has_binding_conditions(sp):
+            later.append(s)  # after every other slice: the simpler devices first
+        else:
+            add(s)
+    for s in later:
+        add(s)
+    pools = []
+    for (driver, name), mine in by_pool.items():
+        pool = Pool(driver, name, slices=mine)
+        want = int((slice_spec(mine[0]).get("pool") or {}).get("resourceSliceCount") or 0)
+        if len(mine) != want:
+            pool.incomplete = f"pool {driver}/{name} is incomplete: {len(mine)} of {want} slices"
+        duplicate = _duplicate_name(mine)
+        if duplicate is not None:
+            pool.invalid = f"duplicate device name {duplicate}"
+        pools.append(pool)
+    pools.sort(key=lambda p: (any(_has_binding_conditions(slice_spec(s)) for s in p.slices), p.driver, p.name))
     return pools
 
 
@@ -309,14 +375,13 @@ def _build_pool(  # noqa: PLR0917 - the pool's identity, its slices, the rules, 
     checks: dict[Any, dict[int, tuple[Any, str]]],
     values: dict[int, tuple[Any, dict[str, Quantity]]] | None = None,
 ) -> Pool:
-    """The pool of the node's slices ``mine`` (of ``all_slices``, the pool's at its generation), or why it is invalid.
+    """The pool of the node's slices ``mine`` (by name; of ``all_slices``, the pool's at its generation), or why it is invalid.
 
     ``checks``: consumptions already checked against counters of the same names; ``values``: counters
     already read into quantities (see :class:`SliceIndex`; default: none).
     """
     if values is None:
         values = {}
-    mine = sorted(mine, key=lambda s: str((s.get("metadata") or {}).get("name", "")))
     pool = Pool(driver, name)
     counter_slices = [s for s in mine if slice_spec(s).get("sharedCounters")]
     pool.slices = [s for s in mine if not slice_spec(s).get("sharedCounters")]
@@ -356,6 +421,16 @@ def _build_pool(  # noqa: PLR0917 - the pool's identity, its slices, the rules, 
                 pool.invalid = hit[1]
                 return pool
             last = ccs
+    return pool
+
+
+def _plain_pool(pool: Pool, mine: Sequence[Mapping[str, Any]], all_slices: Sequence[Mapping[str, Any]]) -> Pool:
+    """The pool of ``mine`` without DRAPartitionableDevices: its device slices, invalid only for a duplicate name."""
+    pool.slices = list(mine)
+    pool.other_slices = [s for s in all_slices if not any(s is m for m in mine)]
+    duplicate = _duplicate_name(pool.slices)
+    if duplicate is not None:
+        pool.invalid = f"duplicate device name {duplicate}"
     return pool
 
 

@@ -145,7 +145,7 @@ class NodeAllocator:
         except AllocationAborted as err:
             return NodeOutcome(self.node, None, str(err), str(err))
         if not done:
-            if any(p.invalid for p in self.pools):
+            if any(p.invalid for p in self.pools) and not self.rules.pools_as_gathered:
                 return NodeOutcome(self.node, None, None, "invalid resource pools were encountered")
             return NodeOutcome(self.node, None, None, "cannot allocate all claims")
         for claim, results in zip(self.claims, self.results, strict=True):  # createNodeSelector, after the search
@@ -209,7 +209,7 @@ class NodeAllocator:
             for i, c in enumerate(((claim.get("spec") or {}).get("devices") or {}).get("constraints") or []):
                 if c.get("matchAttribute"):
                     cons.append(Constraint(set(c.get("requests") or []), str(c["matchAttribute"]), distinct=False))
-                elif c.get("distinctAttribute"):
+                elif c.get("distinctAttribute") and self.rules.distinct_attribute:
                     cons.append(
                         Constraint(
                             set(c.get("requests") or []),
@@ -262,8 +262,10 @@ class NodeAllocator:
 
     def selectable(self, ci: int, req: Request, pool: Pool, s: Mapping[str, Any], d: Mapping[str, Any]) -> bool:
         """``isSelectable``: class selectors, request selectors, per-device node selection (cached)."""
+        if d.get("bindingConditions") and not self.rules.binding_conditions:
+            return False  # devices with binding conditions are not supported while their gates are off
         did = self.dev_id(pool, d)
-        ck = (ci, req.name, did)  # binding conditions need no check: the incubating allocator has them enabled
+        ck = (ci, req.name, did)
         if ck in self.match_cache:
             return self.match_cache[ck]
         out = self.selector_outcome(ci, req, did, d)
@@ -632,7 +634,9 @@ class NodeAllocator:
             return self._one_or_undo(undo, ci, ri, si, di + 1, in_sub, (0, 0, 0))
         for pi in range(start[0], len(self.pools)):
             pool = self.pools[pi]
-            if pool.incomplete or pool.invalid:
+            if pool.invalid and self.rules.pools_as_gathered:
+                raise AllocationAborted(f"pool {pool.name} is invalid: {pool.invalid}")
+            if (pool.incomplete and not self.rules.pools_as_gathered) or pool.invalid:
                 continue
             s0 = start[1] if pi == start[0] else 0
             for sj in range(s0, len(pool.slices)):
@@ -654,7 +658,8 @@ class NodeAllocator:
                     undo = self._allocate(ci, req, pool, s, d, must=False)
                     if undo is None:
                         continue
-                    if self._one_or_undo(undo, ci, ri, si, di + 1, in_sub, (pi, sj, dk + 1)):
+                    resume = (pi, sj, dk + 1) if self.rules.search_resumes else (0, 0, 0)
+                    if self._one_or_undo(undo, ci, ri, si, di + 1, in_sub, resume):
                         return True
         return False
 
@@ -711,6 +716,8 @@ class NodeAllocator:
             return None
         if not req.admin_access and self.in_use(did):
             return None
+        if d.get("consumesCounters") and not self.rules.partitionable_devices:
+            return None  # a device that consumes counters is not allocated while DRAPartitionableDevices is off
         skip_counters = shared and self._capacity_in_use(did)
         reserved = False
         if not skip_counters and d.get("consumesCounters"):
@@ -726,7 +733,7 @@ class NodeAllocator:
             for step in reversed(undo_steps):
                 step()
 
-        if untolerated_taint(d, req) is not None:
+        if self.rules.device_taints and untolerated_taint(d, req) is not None:
             rollback()
             return None
         for c in self.constraints[ci]:

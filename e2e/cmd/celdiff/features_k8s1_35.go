@@ -3,15 +3,35 @@
 package main
 
 import (
+	"k8s.io/component-base/featuregate"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 )
 
-// Kubernetes 1.35 default gates: as 1.34 (admin access, prioritized list on; partitionable
-// devices, device taints, binding conditions, consumable capacity alpha and off).
-var celFeatures = cel.Features{EnableConsumableCapacity: false}
+// The scheduler's own mapping (dynamicresources.AllocatorFeatures); its DynamicResources plugin
+// (New) gives its CEL cache consumable capacity only.
 
-var allocatorFeatures = structured.Features{
-	AdminAccess:     true,
-	PrioritizedList: true,
+func allocatorFeatures(fts feature.Features) structured.Features {
+	return dynamicresources.AllocatorFeatures(fts)
+}
+
+func celFeatures(fts feature.Features) cel.Features {
+	return cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity}
+}
+
+func dependencies(fg featuregate.MutableVersionedFeatureGate) map[featuregate.Feature][]featuregate.Feature {
+	return fg.Dependencies()
+}
+
+func celListFeature(c cel.Features) []string {
+	return nil
+}
+
+func specMinCompatibility(s featuregate.FeatureSpec) string {
+	if s.MinCompatibilityVersion == nil {
+		return ""
+	}
+	return s.MinCompatibilityVersion.String()
 }

@@ -13,12 +13,22 @@
 //	   | {"outcome":"error","class":"node"|"abort","message":M}
 //	{"kind":"bench","driver":D,"devices":[..],"expressions":[..]}
 //	  -> {"compileSeconds":S,"evalSeconds":S,"evaluations":N,"matches":[..],"errors":[..]}
+//	{"kind":"cost","driver":D,"device":<resource.k8s.io/v1 Device>,"expression":E}
+//	  -> {"estimate":N | "estimateError":M, "actual":N, "result":B | "error":"compile"|"runtime","message":M} (cost.go)
+//	{"kind":"gates"}
+//	  -> {"binaryVersion","emulationVersion","minCompatibilityVersion","enabled":{gate:bool},
+//	      "specs":{gate:[..]},"dependencies":{..},"allocatorFeatures":[..],"celFeatures":[..],"allocator":V}
+//
+// Any case may carry "featureGates":"Foo=true,Bar=false" (kube-scheduler's --feature-gates); it is
+// answered as a scheduler started with that flag answers; a value the scheduler refuses at start-up
+// answers {"error":"gates","message":M}.
 //
 // Selectors compile as the scheduler's CEL cache compiles them: the StoredExpressions
-// environment, no cost estimation, the runtime cost limit of the API.  Features are the
-// release's default feature gates, as kube-scheduler maps them (features_k8s1_<minor>.go,
-// picked by the build tag e2e/build.sh passes), so each release's oracle answers as that
-// release's scheduler does out of the box.  A malformed line answers {"error":"input","message":M}.
+// environment, no cost estimation, the runtime cost limit of the API.  Features come from the
+// release's feature gates as kube-scheduler computes them (gates.go) and maps them
+// (features_k8s1_<minor>.go, picked by the build tag e2e/build.sh passes), so each release's
+// oracle answers as that release's scheduler does out of the box.  A malformed line answers
+// {"error":"input","message":M}.
 package main
 
 import (
@@ -43,7 +53,8 @@ import (
 )
 
 type inputCase struct {
-	Kind string `json:"kind"`
+	Kind         string `json:"kind"`
+	FeatureGates string `json:"featureGates"`
 
 	// selector
 	Driver     string              `json:"driver"`
@@ -94,16 +105,22 @@ type benchAnswer struct {
 	Errors         []int   `json:"errors"`
 }
 
+type compileKey struct {
+	features   cel.Features
+	expression string
+}
+
 // compiled caches compilations across cases; the scheduler's cache keeps only
 // successful results, which gives the same answers.
-var compiled = map[string]cel.CompilationResult{}
+var compiled = map[compileKey]cel.CompilationResult{}
 
-func compile(expression string) cel.CompilationResult {
-	if r, ok := compiled[expression]; ok {
+func compile(features cel.Features, expression string) cel.CompilationResult {
+	key := compileKey{features, expression}
+	if r, ok := compiled[key]; ok {
 		return r
 	}
-	r := cel.GetCompiler(celFeatures).CompileCELExpression(expression, cel.Options{DisableCostEstimation: true})
-	compiled[expression] = r
+	r := cel.GetCompiler(features).CompileCELExpression(expression, cel.Options{DisableCostEstimation: true})
+	compiled[key] = r
 	return r
 }
 
@@ -111,7 +128,11 @@ func evalSelector(ctx context.Context, c *inputCase) selectorAnswer {
 	if c.Device == nil {
 		return selectorAnswer{Error: "input", Message: "selector case without a device"}
 	}
-	expr := compile(c.Expression)
+	g, err := gatesFor(c.FeatureGates)
+	if err != nil {
+		return selectorAnswer{Error: "gates", Message: err.Error()}
+	}
+	expr := compile(g.cel, c.Expression)
 	if expr.Error != nil {
 		return selectorAnswer{Error: "compile", Message: expr.Error.Error()}
 	}
@@ -177,12 +198,16 @@ func allocatedState(claims []*resourceapi.ResourceClaim) structured.AllocatedSta
 }
 
 func allocate(ctx context.Context, c *inputCase) allocateAnswer {
+	g, err := gatesFor(c.FeatureGates)
+	if err != nil {
+		return allocateAnswer{Outcome: "error", Class: "gates", Message: err.Error()}
+	}
 	classes := classLister{}
 	for _, cl := range c.Classes {
 		classes[cl.Name] = cl
 	}
-	cache := cel.NewCache(10, celFeatures)
-	alloc, err := structured.NewAllocator(ctx, allocatorFeatures, allocatedState(c.Allocated), classes, c.Slices, cache)
+	cache := cel.NewCache(10, g.cel)
+	alloc, err := structured.NewAllocator(ctx, g.allocator, allocatedState(c.Allocated), classes, c.Slices, cache)
 	if err != nil {
 		return allocateAnswer{Outcome: "error", Class: "abort", Message: err.Error()}
 	}
@@ -223,10 +248,14 @@ func allocate(ctx context.Context, c *inputCase) allocateAnswer {
 // builds the device's CEL value and evaluates the compiled program.
 func bench(ctx context.Context, c *inputCase) (benchAnswer, error) {
 	ans := benchAnswer{Matches: make([]int, len(c.Expressions)), Errors: make([]int, len(c.Expressions))}
+	g, err := gatesFor(c.FeatureGates)
+	if err != nil {
+		return ans, err
+	}
 	start := time.Now()
 	exprs := make([]cel.CompilationResult, len(c.Expressions))
 	for i, e := range c.Expressions {
-		exprs[i] = cel.GetCompiler(celFeatures).CompileCELExpression(e, cel.Options{DisableCostEstimation: true})
+		exprs[i] = cel.GetCompiler(g.cel).CompileCELExpression(e, cel.Options{DisableCostEstimation: true})
 		if exprs[i].Error != nil {
 			return ans, fmt.Errorf("expression #%d: %w", i, exprs[i].Error)
 		}
@@ -265,6 +294,10 @@ func answer(ctx context.Context, line []byte) any {
 		return evalSelector(ctx, &c)
 	case "allocate":
 		return allocate(ctx, &c)
+	case "gates":
+		return gates(c.FeatureGates)
+	case "cost":
+		return evalCost(ctx, &c)
 	case "bench":
 		ans, err := bench(ctx, &c)
 		if err != nil {
