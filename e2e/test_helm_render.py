@@ -842,3 +842,62 @@ def test_a_feature_the_release_serves_or_whose_gate_is_declared_renders(
     out = render(helm, kube_version, *sets, check=False)
     assert out.returncode == 0, out.stderr
     assert "kind: DaemonSet" in out.stdout
+
+
+# -- The guard on ResourceClaim status writes (validatingadmissionpolicy.yaml) ----------------------
+
+CLAIM_STATUS_POLICY = "dra-gpu-resourceclaim-status"
+
+
+def admission_objects(docs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The rendered ValidatingAdmissionPolicies and their bindings, by name."""
+    return by_kind(docs, "ValidatingAdmissionPolicy"), by_kind(docs, "ValidatingAdmissionPolicyBinding")
+
+
+@pytest.mark.parametrize("kube_version", ["1.34.4", "1.35.4", "1.36.3", "1.37.2"])
+def test_claim_status_policy_is_rendered_on_every_release(helm: Helm, kube_version: str) -> None:
+    """The same policy on every release (from 1.36 the API server checks the same first; the policy still guards a
+    cluster whose admin turned that gate off): status UPDATEs of the plugin's account only, denying, failing closed,
+    three checks in the order allocation/reservedFor, node, driver."""
+    docs = [d for d in yaml.safe_load_all(render(helm, kube_version).stdout) if d]
+    policies, bindings = admission_objects(docs)
+    spec = policies[CLAIM_STATUS_POLICY]["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["resourceclaims/status"]}
+    ]
+    (match,) = spec["matchConditions"]
+    assert match["expression"] == f"request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:{PLUGIN}'"
+    assert [v["message"] for v in spec["validations"]] == [
+        "the dra-gpu kubelet plugin may not change status.allocation or status.reservedFor of a ResourceClaim",
+        "the dra-gpu kubelet plugin may only change status.devices of ResourceClaims allocated to its own node",
+        f"the dra-gpu kubelet plugin may only change status.devices entries of driver {DEFAULT_DRIVER_NAME}",
+    ]
+    assert {v["reason"] for v in spec["validations"]} == {"Forbidden"}
+    assert bindings[CLAIM_STATUS_POLICY]["spec"] == {"policyName": CLAIM_STATUS_POLICY, "validationActions": ["Deny"]}
+    # One expression for the token's node, shared with the ResourceSlice policy.
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    slice_vars = {v["name"]: v["expression"] for v in policies["dra-gpu-resourceslices"]["spec"]["variables"]}
+    assert variables["tokenNode"] == slice_vars["allowedNode"]
+    assert "size(request.userInfo.extra['authentication.kubernetes.io/node-name']) == 1" in variables["tokenNode"]
+
+
+def test_claim_status_policy_names_the_charts_driver_and_account(helm: Helm) -> None:
+    """Another driver name and release: the policy pins that driver and that release's account."""
+    args = ["template", "other", str(CHART), "--namespace", "gpus", "--set", "driverName=gpu.other.example"]
+    policies, bindings = admission_objects([d for d in yaml.safe_load_all(helm.run(*args).stdout) if d])
+    spec = policies["other-dra-gpu-resourceclaim-status"]["spec"]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert variables["otherDrivers"] == "variables.changedDrivers.filter(d, d != 'gpu.other.example')"
+    assert spec["matchConditions"][0]["expression"].endswith("== 'system:serviceaccount:gpus:other-dra-gpu-kubelet-plugin'")
+    assert "driver gpu.other.example" in spec["validations"][2]["message"]
+    assert bindings["other-dra-gpu-resourceclaim-status"]["spec"]["policyName"] == "other-dra-gpu-resourceclaim-status"
+
+
+@pytest.mark.parametrize("off", ["deviceStatus.enabled=false", "admissionPolicy.enabled=false", "kubeletPlugin.enabled=false"])
+def test_claim_status_policy_is_absent_when_nothing_writes_claim_status_or_policies_are_off(helm: Helm, off: str) -> None:
+    """No status write granted (device status off, or no plugin), or the admin's choice of no policies: no claim status policy."""
+    policies, bindings = admission_objects(helm.template(off))
+    assert CLAIM_STATUS_POLICY not in policies and CLAIM_STATUS_POLICY not in bindings
+    if off == "deviceStatus.enabled=false":
+        assert "dra-gpu-resourceslices" in policies  # the slice policy stays
