@@ -13,8 +13,11 @@ scheduler simulator (``dra_driver.schedsim``) does the rest.
 
 :func:`explain_objects` is the whole offline path on parsed documents. Every object is checked
 on the way in (``dra_driver.schedsim.allocator.validate``): a malformed file or object, or one past
-the API's limits, is an :class:`InputError` naming the object and field, never a crash. The text
-report (summarized per group of nodes on a large cluster) is ``explain_text.py``'s.
+the API's limits, is an :class:`InputError` naming the object and field, never a crash. So is a
+claim, template or class of the files whose selectors the API server would refuse (too long, not
+compiling, too complex: ``dra_driver.schedsim.allocator.admission``), before anything is
+evaluated; objects read live were validated when stored. The text report (summarized per group
+of nodes on a large cluster) is ``explain_text.py``'s.
 """
 
 from __future__ import annotations
@@ -388,8 +391,8 @@ def explain_objects(
             class_map = {}
             for i, c in enumerate(_of_kind(classes, "DeviceClass")):
                 class_map[_ident(c, "DeviceClass", i)[2]] = c
-        refused = all_refusals([*_of_kind(manifests, "ResourceClaim"), *_of_kind(manifests, "ResourceClaimTemplate")])
-        refused += all_refusals(_of_kind(classes or [], "DeviceClass"))
+        refused = all_refusals([*_of_kind(manifests, "ResourceClaim"), *_of_kind(manifests, "ResourceClaimTemplate")], rules)
+        refused += all_refusals(_of_kind(classes or [], "DeviceClass"), rules)
         if refused:
             raise InputError("\n".join(str(r) for r in refused))
         alloc_objs = _of_kind(allocated, "ResourceClaim")

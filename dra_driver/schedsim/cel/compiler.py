@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from dra_driver.schedsim.cel import types
 from dra_driver.schedsim.cel.checker import Checked, check
 from dra_driver.schedsim.cel.costmath import DEVICE_V131, DEVICE_V134
+from dra_driver.schedsim.cel.decls import attribute_type, new_list_attributes
 from dra_driver.schedsim.cel.estimate import Environment, estimate
 from dra_driver.schedsim.cel.metered import metered_plan
 from dra_driver.schedsim.cel.nodes import Expr, Issue, Source, SyntaxIssue
@@ -73,7 +74,7 @@ def cost_environment(rules: Rules, *, new_expressions: bool = False, bound: bool
     multi = rules.consumable_capacity or not new_expressions
     return Environment(
         cel_go=rules.cel_go,
-        includes="" if new_expressions else rules.includes,
+        includes=rules.includes if not new_expressions or new_list_attributes(rules) else "",
         device=DEVICE_V134 if multi else DEVICE_V131,
         bound=bound,
     )
@@ -97,7 +98,7 @@ def compile_expression(text: str, rules: Rules = NEWEST, *, new_expressions: boo
     if checked.issues:
         raise CompileError(source.render(checked.issues))
     result = checked.types[root.id]
-    if result not in (types.BOOL, types.ANY if new_expressions else (types.DYN if rules.dyn_attributes else types.ANY)):
+    if result not in (types.BOOL, attribute_type(rules, new_expressions=new_expressions)):
         raise CompileError(f"must evaluate to bool or the unknown type, not {result.display()}", stage="result")
     try:
         program = plan(root, checked)

@@ -544,18 +544,27 @@ def _new_functions(includes: str, cel_go: int, ext_lists: bool) -> dict[str, tup
     return out
 
 
+def new_list_attributes(rules: Rules) -> bool:
+    """DRAListTypeAttributes is on (1.36+): a new selector may use ``includes`` and sees ``dyn`` attributes."""
+    return rules.minor >= 36 and dict(rules.gates).get("DRAListTypeAttributes", False)
+
+
 def new_expression_functions(rules: Rules) -> dict[str, tuple[Overload, ...]]:
-    """The functions the API server of ``rules``' release lets a new selector use."""
-    return _new_functions(rules.includes, rules.cel_go, rules.minor >= EXT_LISTS_NEW_FROM_MINOR)
+    """The functions the API server of ``rules``' release (with its gates) lets a new selector use."""
+    funcs = _new_functions(rules.includes, rules.cel_go, rules.minor >= EXT_LISTS_NEW_FROM_MINOR)
+    if new_list_attributes(rules):
+        return functions(rules.includes, rules.cel_go) | {k: v for k, v in funcs.items() if k != "includes"}
+    return funcs
 
 
 def attribute_type(rules: Rules, *, new_expressions: bool = False) -> Type:
-    """The declared type of an attribute value: ``any``, or ``dyn`` where the stored 1.37 device declares it.
+    """The declared type of an attribute value: ``any``, or ``dyn`` where the device type with list attributes is declared.
 
-    A new selector is compiled with list-type attributes off (the default gate), where 1.37 also
-    declares ``any``.
+    That is the stored 1.37 device; a new selector gets it only with DRAListTypeAttributes on (off by default).
     """
-    return DYN if rules.dyn_attributes and not new_expressions else ANY
+    if new_expressions:
+        return DYN if new_list_attributes(rules) else ANY
+    return DYN if rules.dyn_attributes else ANY
 
 
 def device_fields(rules: Rules, *, new_expressions: bool = False) -> dict[str, Type]:
