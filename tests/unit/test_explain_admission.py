@@ -16,6 +16,7 @@ import yaml
 
 from dra_driver.cli.explain import InputError, add_explain_parser, explain_objects
 from dra_driver.cli.main import inventory_slices
+from dra_driver.schedsim.allocator import explain
 from dra_driver.schedsim.allocator.admission import refusals
 from dra_driver.schedsim.rules import rules_for
 
@@ -132,3 +133,17 @@ def test_allocated_claims_are_not_validated_again(slices: list[dict[str, Any]]) 
     stored["status"] = {"allocation": {"devices": {"results": []}}}
     [(_, explanation)] = explain_objects([claim(FINE, name="fine")], slices, allocated=[stored])
     assert [r.reason for r in explanation.requests] == [None]
+
+
+@pytest.mark.parametrize("minor", [36, 37])
+def test_a_stored_runaway_selector_aborts_the_attempt_with_the_schedulers_cost_error(
+    slices: list[dict[str, Any]], minor: int
+) -> None:
+    # As the live path reads it (stored, not validated again): the scheduler evaluates it, the
+    # cost limit cancels the evaluation, and a selector error aborts the scheduling attempt.
+    classes = {DRIVER: {"metadata": {"name": DRIVER}, "spec": {"selectors": [{"cel": {"expression": FINE}}]}}}
+    ex = explain([claim(RUNAWAY)], slices, classes, [], rules=rules_for(minor))
+    [request] = ex.requests
+    assert request.reason is not None
+    assert request.reason.startswith("scheduling aborted (the pod is retried with backoff): claim default/heavy: selector #0")
+    assert request.reason.endswith("CEL runtime error: operation cancelled: actual cost limit exceeded")
