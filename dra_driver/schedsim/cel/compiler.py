@@ -22,7 +22,6 @@ from dra_driver.schedsim.cel.checker import Checked, check
 from dra_driver.schedsim.cel.costmath import DEVICE_V131, DEVICE_V134
 from dra_driver.schedsim.cel.decls import attribute_type, new_list_attributes
 from dra_driver.schedsim.cel.estimate import Environment, estimate
-from dra_driver.schedsim.cel.metered import metered_plan
 from dra_driver.schedsim.cel.nodes import Expr, Issue, Source, SyntaxIssue
 from dra_driver.schedsim.cel.planner import PlanError, plan
 from dra_driver.schedsim.cel.projection import Reads, reads
@@ -115,6 +114,8 @@ def compile_expression(text: str, rules: Rules = NEWEST, *, new_expressions: boo
 def _metered(root: Expr, checked: Checked, rules: Rules) -> Callable[[], Plan]:
     @functools.cache
     def build() -> Plan:
+        from dra_driver.schedsim.cel.metered import metered_plan  # loaded only where a selector needs metering
+
         return metered_plan(root, checked, rules)
 
     return build
