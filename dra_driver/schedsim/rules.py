@@ -179,6 +179,10 @@ class Rules:
     # The next device of a request is looked for after the one just taken (1.36+); before, from the
     # first device again (skipping those taken), which matters where a constraint depends on the order.
     search_resumes: bool
+    # After each device of an allocationMode All subrequest the search goes on with that subrequest
+    # (1.36+); 1.34 and 1.35 go on as the request's first subrequest (the next call drops the
+    # subrequest's index), so such a subrequest gets only as many devices as the first one asks for.
+    all_keeps_its_subrequest: bool
     # 1.37 with DRADeviceCompatibilityGroups off: a slice with a device whose counter consumption names
     # compatibility groups is ignored, so its pool is incomplete (before 1.37 the field does not exist).
     ignores_compatibility_groups: bool
@@ -269,6 +273,7 @@ def _rules(m: int, given: tuple[tuple[str, bool], ...]) -> Rules:
         node_slices_first=m >= 36,
         pools_as_gathered=m == 34,
         search_resumes=m >= 36,
+        all_keeps_its_subrequest=m >= 36,
         ignores_compatibility_groups=new and "DRADeviceCompatibilityGroups" not in features,
         refuses_derived_attributes=new and "DRADerivedAttributes" not in features,
     )

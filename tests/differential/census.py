@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -103,8 +104,11 @@ def main() -> None:
     p.add_argument("--examples", type=int, default=10_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--show", type=int, default=3)
+    p.add_argument("--dump", help="write the disagreements shown, whole, to this JSON file")
     args = p.parse_args()
     result = run(args.release, args.examples, args.seed, args.show)
+    if args.dump:
+        Path(args.dump).write_text(json.dumps(result["disagreements"], indent=1))
     for k, v in result["counts"].items():
         print(f"{k:40s} {v:7d}")
     for d in result["disagreements"]:

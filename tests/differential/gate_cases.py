@@ -127,4 +127,28 @@ def allocation_cases() -> dict[str, dict[str, Any]]:
         c = claim(request(capacity={"requests": {"cores": cores}}))
         out[f"fractional range, {label}"] = case([slice_("s", [shared])], c)
         out[f"fractional range, {label}, gate on"] = case([slice_("s", [shared])], c, gates="DRAFractionalCapacityRange=true")
+    # The gates 1.34 and 1.35 have off: taints, binding conditions, partitionable devices; and two quirks.
+    tainted = device("gpu-0", taints=[{"key": "example.com/broken", "value": "", "effect": "NoSchedule"}])
+    out["an untolerated taint"] = case([slice_("s", [tainted, device("gpu-1")])], claim(request()))
+    binding = device("gpu-0", bindingConditions=["example.com/ready"], bindingFailureConditions=["example.com/failed"])
+    out["binding conditions"] = case([slice_("s", [binding, device("gpu-1")])], claim(request()))
+    consumer = device("gpu-0", consumesCounters=[{"counterSet": "cs", "counters": {"mem": {"value": "1"}}}])
+    counted = [
+        slice_("s", [consumer, device("gpu-1")], count=2),
+        slice_("t", [], count=2, sharedCounters=counters["spec"]["sharedCounters"]),
+    ]
+    out["a device that consumes counters"] = case(counted, claim(request()))
+    out["a device that consumes counters, All"] = case(counted, claim(request(mode="All")))
+    four = [slice_("s", [device(f"gpu-{i}") for i in range(4)])]
+    first = {
+        "name": "one",
+        "deviceClassName": "any",
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "selectors": [{"cel": {"expression": "false"}}],
+    }
+    every = {"name": "every", "deviceClassName": "any", "allocationMode": "All"}
+    out["All after another subrequest"] = case(four, claim({"name": "gpu", "firstAvailable": [first, every]}))
+    by_input = [slice_("b", [device("gpu-1")], count=2), slice_("a", [device("gpu-0")], count=2)]
+    out["slices in input order"] = case(by_input, claim(request()))
     return out

@@ -14,6 +14,8 @@ import pytest
 from dra_driver.schedsim.allocator import AllocatedState, NodeAllocator, gather_pools
 from dra_driver.schedsim.cel import CelCompileError, CelRuntimeError, compile_selector
 from dra_driver.schedsim.rules import NEWEST, NEWEST_MINOR, Rules, minor_of, rules_for
+from tests.differential import gate_cases
+from tests.differential.oracle import python_allocate
 
 DRIVER = "gpu.dra-gpu.dev"
 R34, R35, R36, R37 = (rules_for(m) for m in (34, 35, 36, 37))
@@ -208,3 +210,30 @@ def test_capacity_requests_are_refused_by_1_34_ignored_by_1_35_and_checked_from_
     assert allocate(R35, slices, c) == [(f"{DRIVER}/p/gpu-0", {})]
     assert allocate(R36, slices, c) is None  # the device defines no memory capacity
     assert allocate(R37, slices, c) is None
+
+
+# The devices each release's allocator picks at its default gates (None: unsatisfiable), for the
+# hand-written cases of tests/differential/gate_cases.py; e2e/test_feature_gates.py holds each
+# release's own Go allocator to the same answers.
+GATED = {
+    "an untolerated taint": {34: ["gpu-0"], 35: ["gpu-0"], 36: ["gpu-1"], 37: ["gpu-1"]},  # DRADeviceTaints off before 1.36
+    "binding conditions": {34: ["gpu-1"], 35: ["gpu-1"], 36: ["gpu-0"], 37: ["gpu-0"]},  # DRADeviceBindingConditions off
+    "a device that consumes counters": {34: ["gpu-1"], 35: ["gpu-1"], 36: ["gpu-0"], 37: ["gpu-0"]},  # partitionable off
+    "a device that consumes counters, All": {34: None, 35: None, 36: ["gpu-0", "gpu-1"], 37: ["gpu-0", "gpu-1"]},
+    # 1.34/1.35 go on after an All subrequest's first device as the request's first subrequest (count 1).
+    "All after another subrequest": {
+        34: ["gpu-0"],
+        35: ["gpu-0"],
+        36: [f"gpu-{i}" for i in range(4)],
+        37: [f"gpu-{i}" for i in range(4)],
+    },
+    "slices in input order": {34: ["gpu-1"], 35: ["gpu-1"], 36: ["gpu-0"], 37: ["gpu-0"]},  # 1.36+: by slice name
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATED))
+@pytest.mark.parametrize("minor", [34, 35, 36, 37])
+def test_each_release_answers_as_its_default_gates_and_allocator_do(name: str, minor: int) -> None:
+    answer = python_allocate(gate_cases.allocation_cases()[name], minor=minor)
+    devices = [d["device"] for claim in answer.get("claims") or [] for d in claim] if answer["outcome"] == "allocated" else None
+    assert devices == GATED[name][minor], answer

@@ -631,7 +631,8 @@ class NodeAllocator:
             undo = self._allocate(ci, req, pool, s, d, must=True)
             if undo is None:
                 return False
-            return self._one_or_undo(undo, ci, ri, si, di + 1, in_sub, (0, 0, 0))
+            next_si = si if self.rules.all_keeps_its_subrequest else 0  # (1.34/1.35: the first subrequest's)
+            return self._one_or_undo(undo, ci, ri, next_si, di + 1, in_sub, (0, 0, 0))
         for pi in range(start[0], len(self.pools)):
             pool = self.pools[pi]
             if pool.invalid and self.rules.pools_as_gathered:
