@@ -163,8 +163,9 @@ class Rules:
     # DRADeviceBindingConditions with DRAResourceClaimDeviceStatus (on from 1.36): without them a device
     # with binding conditions is never selected.
     binding_conditions: bool
-    # Pools whose devices have binding conditions come after the others (1.36+; 1.35 keeps no order of
-    # pools at all: Go's map order, which no simulation can follow, so dra-gpu keeps (driver, pool)).
+    # Pools go by (driver, pool), those whose devices have binding conditions after the others (1.36+);
+    # 1.34 and 1.35 keep Go's map order (dra-gpu: the order the pools were first gathered in, the
+    # most likely one for a node's few pools; 1.34 puts binding-condition pools last too).
     binding_pools_last: bool
     # 1.35's incubating allocator knows no distinctAttribute: such a constraint aborts ("empty constraint").
     distinct_attribute: bool

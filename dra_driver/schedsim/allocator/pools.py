@@ -270,15 +270,15 @@ def gather_pools(
 
 
 def _order(pools: list[Pool], rules: Rules) -> None:
-    """By (driver, pool), complete pools with binding-condition devices after all others where the release does so.
+    """By (driver, pool), complete pools with binding-condition devices after all others (1.36+).
 
-    (The incubating allocator of 1.36+ tries devices that need no binding step first; 1.35 keeps
-    its pools in Go's map order, which no simulation can follow.)
+    (The incubating allocator of 1.36+ tries devices that need no binding step first.) 1.35 keeps
+    its pools in Go's map order: unspecified, but for a node's few pools (a map of up to 8 entries
+    is one group of slots, filled in order, iterated from a random slot) most often the order they
+    were first gathered in, which is the order they stay in here.
     """
     if rules.binding_pools_last:
         pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
-    else:
-        pools.sort(key=lambda p: (p.driver, p.name))
 
 
 def _ignored(sp: Mapping[str, Any], rules: Rules) -> bool:
@@ -328,7 +328,9 @@ def _gather_as_is(slices: Sequence[Mapping[str, Any]], node: str | None, labels:
         if duplicate is not None:
             pool.invalid = f"duplicate device name {duplicate}"
         pools.append(pool)
-    pools.sort(key=lambda p: (any(_has_binding_conditions(slice_spec(s)) for s in p.slices), p.driver, p.name))
+    # Pools with binding-condition devices last; within each group Go's map order, most often the
+    # order of first gathering (see _order).
+    pools.sort(key=lambda p: any(_has_binding_conditions(slice_spec(s)) for s in p.slices))
     return pools
 
 
