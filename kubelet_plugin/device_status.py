@@ -62,6 +62,16 @@ RBAC_HINT = (
     "associated-node:patch on resourceclaims/driver with resourceNames [<driver name>] "
     "(Helm chart: deviceStatus.enabled=true), or turn device status off (--device-status=false)"
 )
+POLICY_HINT = (
+    "the chart's claim status admission policy refused the write: the plugin may change only its own driver's "
+    "status.devices entries, of claims allocated to the node its pod-bound service account token names; check that "
+    "the plugin runs with its pod's own token (automounted or projected) on the node the claim is allocated to"
+)
+
+
+def _hint(err: ApiError) -> str:
+    """What to fix: the chart's ValidatingAdmissionPolicy refused (its message names it), else RBAC."""
+    return POLICY_HINT if "ValidatingAdmissionPolicy" in err.message else RBAC_HINT
 
 
 class StatusWriter(Protocol):
@@ -312,4 +322,4 @@ class DeviceStatusReporter:
             bound.debug("device_status_forbidden", error=err.message[:300])
             return
         self._forbidden_logged = True
-        bound.error("device_status_forbidden", error=err.message[:1000], hint=RBAC_HINT, logged="once")
+        bound.error("device_status_forbidden", error=err.message[:1000], hint=_hint(err), logged="once")

@@ -269,6 +269,26 @@ def test_forbidden_is_logged_once_with_the_rbac_to_grant_and_never_retried() -> 
     assert "associated-node:patch on resourceclaims/driver" in forbidden[0]["hint"]
 
 
+def test_a_refusal_by_the_charts_claim_status_policy_names_the_policy_not_rbac() -> None:
+    """Before 1.36 the chart's ValidatingAdmissionPolicy is what refuses a write to another node's claim: a 403."""
+    policy = (
+        "resourceclaims.resource.k8s.io \"a\" is forbidden: ValidatingAdmissionPolicy 'dra-gpu-resourceclaim-status' "
+        "with binding 'dra-gpu-resourceclaim-status' denied request: the dra-gpu kubelet plugin may only change "
+        "status.devices of ResourceClaims allocated to its own node (node-a); denied: ResourceClaim default/a is "
+        "allocated to node node-b"
+    )
+    w = Writer(ApiError(403, "Forbidden", policy))
+    r = reporter(w)
+    with capture_logs() as logs:
+        r.prepared(REF, OUTCOME)
+        assert r.idle(5)
+    r.stop()
+    assert len(w.calls) == 1  # a refusal is final: not retried
+    (forbidden,) = events(logs, "device_status_forbidden")
+    assert "claim status admission policy" in forbidden["hint"]
+    assert "associated-node:patch" not in forbidden["hint"]
+
+
 def test_server_errors_are_retried_with_backoff_then_given_up() -> None:
     w = Writer(*[ApiError(503, "ServiceUnavailable", "etcd")] * 10)
     r = reporter(w, attempts=3)
