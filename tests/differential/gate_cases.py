@@ -132,9 +132,9 @@ def allocation_cases() -> dict[str, dict[str, Any]]:
     out["an untolerated taint"] = case([slice_("s", [tainted, device("gpu-1")])], claim(request()))
     binding = device("gpu-0", bindingConditions=["example.com/ready"], bindingFailureConditions=["example.com/failed"])
     out["binding conditions"] = case([slice_("s", [binding, device("gpu-1")])], claim(request()))
-    consumer = device("gpu-0", consumesCounters=[{"counterSet": "cs", "counters": {"mem": {"value": "1"}}}])
+    consuming = device("gpu-0", consumesCounters=[{"counterSet": "cs", "counters": {"mem": {"value": "1"}}}])
     counted = [
-        slice_("s", [consumer, device("gpu-1")], count=2),
+        slice_("s", [consuming, device("gpu-1")], count=2),
         slice_("t", [], count=2, sharedCounters=counters["spec"]["sharedCounters"]),
     ]
     out["a device that consumes counters"] = case(counted, claim(request()))

@@ -215,7 +215,7 @@ def test_capacity_requests_are_refused_by_1_34_ignored_by_1_35_and_checked_from_
 # The devices each release's allocator picks at its default gates (None: unsatisfiable), for the
 # hand-written cases of tests/differential/gate_cases.py; e2e/test_feature_gates.py holds each
 # release's own Go allocator to the same answers.
-GATED = {
+GATED: dict[str, dict[int, list[str] | None]] = {
     "an untolerated taint": {34: ["gpu-0"], 35: ["gpu-0"], 36: ["gpu-1"], 37: ["gpu-1"]},  # DRADeviceTaints off before 1.36
     "binding conditions": {34: ["gpu-1"], 35: ["gpu-1"], 36: ["gpu-0"], 37: ["gpu-0"]},  # DRADeviceBindingConditions off
     "a device that consumes counters": {34: ["gpu-1"], 35: ["gpu-1"], 36: ["gpu-0"], 37: ["gpu-0"]},  # partitionable off
@@ -235,5 +235,6 @@ GATED = {
 @pytest.mark.parametrize("minor", [34, 35, 36, 37])
 def test_each_release_answers_as_its_default_gates_and_allocator_do(name: str, minor: int) -> None:
     answer = python_allocate(gate_cases.allocation_cases()[name], minor=minor)
-    devices = [d["device"] for claim in answer.get("claims") or [] for d in claim] if answer["outcome"] == "allocated" else None
+    claims: list[list[dict[str, Any]]] = answer.get("claims") or []
+    devices = [d["device"] for claim in claims for d in claim] if answer["outcome"] == "allocated" else None
     assert devices == GATED[name][minor], answer
