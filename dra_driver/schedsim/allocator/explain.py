@@ -175,7 +175,7 @@ def _simulate(
     outcomes: list[NodeOutcome] = []
     cands: dict[tuple[int, str], list[Candidate]] = {}
     deadline = time.monotonic() + SEARCH_BUDGET_S
-    index = SliceIndex(slices, rules)
+    index = SliceIndex(slices, rules, groups=memo is None or memo.groups)
     shapes = (  # computed once per device shape
         ShapeCache(conversion_errors=memo.errors, derived=memo.derived) if memo is not None else ShapeCache()
     )

@@ -53,7 +53,18 @@ class DeviceMemo:
     the types of numbers (``==`` equates ``1``, ``1.0`` and ``True``).
     """
 
-    __slots__ = ("attributes", "attributes_by_name", "by_id", "by_name", "counters", "derived", "entries", "errors", "interned")
+    __slots__ = (
+        "attributes",
+        "attributes_by_name",
+        "by_id",
+        "by_name",
+        "counters",
+        "derived",
+        "entries",
+        "errors",
+        "groups",
+        "interned",
+    )
 
     def __init__(self) -> None:
         self.attributes: _Seen | None = None
@@ -72,6 +83,9 @@ class DeviceMemo:
         self.derived: dict[int, tuple[Any, Any, tuple[str, ...]]] = {}
         # id of a counter set's counters input (objects.read_slice) -> (it, kept alive; its checked copy, shared).
         self.counters: dict[int, tuple[Any, dict[str, Any]]] = {}
+        # Whether a device read declares compatibility groups (only the field-by-field reader reads
+        # them): where none does, no slice needs looking at for them (pools.SliceIndex).
+        self.groups = False
 
     def intern(self, key: tuple[Any, ...], copy: Any) -> Any:
         """The copy already made of parts with this content (``key``), else ``copy``, remembered."""

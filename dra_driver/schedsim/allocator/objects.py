@@ -234,6 +234,14 @@ def _device(r: Reader, v: Any, path: str) -> dict[str, Any]:
     return out
 
 
+def _slow_device(r: Reader, v: Any, path: str, memo: DeviceMemo) -> dict[str, Any]:
+    """:func:`_device`, noting in ``memo`` a device that declares compatibility groups."""
+    out = _device(r, v, path)
+    if not memo.groups and any(cc.get("compatibilityGroups") for cc in out.get("consumesCounters") or ()):
+        memo.groups = True
+    return out
+
+
 def read_slice(obj: Any, index: int, memo: DeviceMemo | None = None) -> dict[str, Any]:
     """A ResourceSlice's fields the simulator reads (``index``: its place in the input, for messages).
 
@@ -273,7 +281,7 @@ def read_slice(obj: Any, index: int, memo: DeviceMemo | None = None) -> dict[str
         spec["sharedCounters"] = sets
     if sp.get("devices") is not None:
         devices = r.seq(sp["devices"], "spec.devices", MAX_DEVICES_PER_SLICE)
-        spec["devices"] = [read_device(d, memo) or _device(r, d, f"spec.devices[{i}]") for i, d in enumerate(devices)]
+        spec["devices"] = [read_device(d, memo) or _slow_device(r, d, f"spec.devices[{i}]", memo) for i, d in enumerate(devices)]
     return {"metadata": _metadata(r, o.get("metadata")), "spec": spec}
 
 

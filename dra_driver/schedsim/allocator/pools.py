@@ -145,14 +145,17 @@ class SliceIndex:
     So each node's gathering reads its own slices and the shared ones instead of every slice of
     the cluster.
 
-    Built for one release's ``rules`` (they decide which slices count as a node's own).
-    ``by_node``: each node's own slices (``nodeName``), ``rest``: the others, ``by_pool``: every
-    slice by (driver, pool name); each list in input order.
+    Built for one release's ``rules`` (they decide which slices count as a node's own, and which
+    the allocator ignores). ``by_node``: each node's own slices (``nodeName``), ``rest``: the
+    others, neither with the ignored ones; ``by_pool``: every slice by (driver, pool name); ``all``
+    (1.34 and 1.35, which gather in input order): every slice; each list in input order.
+    ``groups``: whether any device may declare compatibility groups (False, as the reader found:
+    no slice is looked at for them).
     """
 
     __slots__ = ("all", "always", "by_node", "by_pool", "counter_checks", "counter_values", "rest")
 
-    def __init__(self, slices: Sequence[Mapping[str, Any]], rules: Rules = NEWEST) -> None:
+    def __init__(self, slices: Sequence[Mapping[str, Any]], rules: Rules = NEWEST, *, groups: bool = True) -> None:
         self.always = rules.counter_slices_always_gathered
         self.all = slices if not rules.node_slices_first else ()  # 1.34 and 1.35 gather every slice in input order
         self.by_node: dict[str, list[Mapping[str, Any]]] = {}
@@ -160,13 +163,15 @@ class SliceIndex:
         self.by_pool: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
         for s in slices:
             sp = slice_spec(s)
+            pid = (str(sp.get("driver") or ""), str((sp.get("pool") or {}).get("name") or ""))
+            self.by_pool.setdefault(pid, []).append(s)
+            if _ignored(sp, rules, groups=groups):  # never gathered (by_pool holds it: it may make its pool obsolete)
+                continue
             node = sp.get("nodeName")
             if _own_node(sp, self.always) and isinstance(node, str):
                 self.by_node.setdefault(node, []).append(s)
             else:  # (a nodeName that is no string matches no node, wherever it is looked at)
                 self.rest.append(s)
-            pid = (str(sp.get("driver") or ""), str((sp.get("pool") or {}).get("name") or ""))
-            self.by_pool.setdefault(pid, []).append(s)
         # (the names of a pool's counter sets and counters, id of a device's consumesCounters) ->
         # (the consumesCounters, kept alive; why it names a counter the pool lacks, or ""): every
         # node's pool with the same counters checks a consumption once (see _build_pool).
@@ -235,10 +240,11 @@ def gather_pools(
     ignore = rules.ignores_compatibility_groups
     # Slices of other nodes never match this one: the node's own, then the rest.
     own = index.by_node.get(node, []) if node is not None else []
-    for s in [*own, *index.rest] if rules.node_slices_first else index.all:
+    node_first = rules.node_slices_first
+    for s in [*own, *index.rest] if node_first else index.all:
         sp = slice_spec(s)
-        if _ignored(sp, rules) or not _relevant(sp, node, labels, always):
-            continue
+        if (not node_first and _ignored(sp, rules)) or not _relevant(sp, node, labels, always):
+            continue  # (the index leaves out the slices the allocator ignores, but all holds them)
         pid = (str(sp.get("driver") or ""), str((sp.get("pool") or {}).get("name") or ""))
         gen = _generation(s)
         have = by_pool.get(pid)
@@ -281,9 +287,9 @@ def _order(pools: list[Pool], rules: Rules) -> None:
         pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
 
 
-def _ignored(sp: Mapping[str, Any], rules: Rules) -> bool:
+def _ignored(sp: Mapping[str, Any], rules: Rules, *, groups: bool = True) -> bool:
     """A slice the release's allocator ignores: with compatibility groups (1.37, gate off), or of partitionable devices (off)."""
-    if rules.ignores_compatibility_groups and uses_compatibility_groups(sp):
+    if groups and rules.ignores_compatibility_groups and uses_compatibility_groups(sp):
         return True
     return not rules.partitionable_devices and (sp.get("perDeviceNodeSelection") is not None or bool(sp.get("sharedCounters")))
 
