@@ -21,6 +21,7 @@ from typing import Any
 from dra_driver.core.quantity import Quantity
 from dra_driver.schedsim.cel.costmath import (
     AUTHZ_CHECK_COST,
+    FLAT_COST_FUNCTIONS,
     LIST_CREATE_BASE_COST,
     REGEX_STRING_LENGTH_COST_FACTOR,
     STRING_TRAVERSAL_COST_FACTOR,
@@ -29,48 +30,6 @@ from dra_driver.schedsim.cel.costmath import (
 from dra_driver.schedsim.cel.semver import Semver
 from dra_driver.schedsim.cel.values import Optional
 
-_ONE = frozenset(
-    {
-        "serviceAccount",
-        "path",
-        "group",
-        "resource",
-        "subresource",
-        "namespace",
-        "name",
-        "allowed",
-        "reason",
-        "error",
-        "errored",
-        "masked",
-        "prefixLength",
-        "family",
-        "isUnspecified",
-        "isLoopback",
-        "isLinkLocalMulticast",
-        "isLinkLocalUnicast",
-        "isGlobalUnicast",
-        "format.named",
-        "sign",
-        "asInteger",
-        "isInteger",
-        "asApproximateFloat",
-        "isGreaterThan",
-        "isLessThan",
-        "compareTo",
-        "add",
-        "sub",
-        "major",
-        "minor",
-        "patch",
-        "getScheme",
-        "getHostname",
-        "getHost",
-        "getPort",
-        "getEscapedPath",
-        "getQuery",
-    }
-)
 _TRAVERSED = ("isSorted", "sum", "max", "min", "indexOf", "lastIndexOf")
 _SCANNED = frozenset({"url", "lowerAscii", "upperAscii", "substring", "trim", "jsonpatch.escapeKey"})
 _PARSED = frozenset({"cidr", "isIP", "isCIDR", "quantity", "isQuantity", "semver", "isSemver"})
@@ -163,7 +122,7 @@ def _kubernetes(function: str, overload: str, args: list[Any], result: Any, mino
     """``library.CostEstimator.CallCost``."""
     if function == "check":
         return AUTHZ_CHECK_COST
-    if function in _ONE:
+    if function in FLAT_COST_FUNCTIONS:
         return 1
     if function in ("fieldSelector", "labelSelector") and len(args) >= 2:
         n = size(args[1])

@@ -17,6 +17,44 @@ from dataclasses import dataclass, field
 from dra_driver.schedsim.cel import types
 from dra_driver.schedsim.cel.nodes import Expr
 
+# Functions both cost models price at a flat 1 (estimate and charge alike): the authorizer's builders
+# and the IP, CIDR, format, quantity, semver and URL accessors.
+_AUTHZ_BUILDERS = frozenset(
+    {"serviceAccount", "path", "group", "resource", "subresource", "namespace", "name", "allowed", "reason", "error", "errored"}
+)
+_NOMINAL = frozenset(
+    {
+        "masked",
+        "prefixLength",
+        "family",
+        "isUnspecified",
+        "isLoopback",
+        "isLinkLocalMulticast",
+        "isLinkLocalUnicast",
+        "isGlobalUnicast",
+        "format.named",
+        "sign",
+        "asInteger",
+        "isInteger",
+        "asApproximateFloat",
+        "isGreaterThan",
+        "isLessThan",
+        "compareTo",
+        "add",
+        "sub",
+        "major",
+        "minor",
+        "patch",
+        "getScheme",
+        "getHostname",
+        "getHost",
+        "getPort",
+        "getEscapedPath",
+        "getQuery",
+    }
+)
+FLAT_COST_FUNCTIONS = _AUTHZ_BUILDERS | _NOMINAL
+
 U64 = (1 << 64) - 1
 _U64_FLOAT = float(U64)  # math.MaxUint64 as Go converts it to float64
 TWO_TO_64 = 2.0**64

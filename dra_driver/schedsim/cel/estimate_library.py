@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dra_driver.schedsim.cel import types
 from dra_driver.schedsim.cel.costmath import (
     AUTHZ_CHECK_COST,
+    FLAT_COST_FUNCTIONS,
     LIST_CREATE_BASE_COST,
     MAX_ATTRIBUTE_VALUES,
     MAX_FORMAT_SIZE,
@@ -35,40 +36,6 @@ from dra_driver.schedsim.cel.nodes import Expr, Literal
 
 Sizer = Callable[[Node], Est]
 _O1_STRUCTS = frozenset({"kubernetes.Quantity", "kubernetes.Semver"})
-_AUTHZ_BUILDERS = frozenset(
-    {"serviceAccount", "path", "group", "resource", "subresource", "namespace", "name", "allowed", "reason", "error", "errored"}
-)
-_NOMINAL = frozenset(
-    {
-        "masked",
-        "prefixLength",
-        "family",
-        "isUnspecified",
-        "isLoopback",
-        "isLinkLocalMulticast",
-        "isLinkLocalUnicast",
-        "isGlobalUnicast",
-        "format.named",
-        "sign",
-        "asInteger",
-        "isInteger",
-        "asApproximateFloat",
-        "isGreaterThan",
-        "isLessThan",
-        "compareTo",
-        "add",
-        "sub",
-        "major",
-        "minor",
-        "patch",
-        "getScheme",
-        "getHostname",
-        "getHost",
-        "getPort",
-        "getEscapedPath",
-        "getQuery",
-    }
-)
 _COMPARABLE = ("int", "uint", "double", "bool", "google.protobuf.Duration", "google.protobuf.Timestamp", "string", "bytes")
 
 
@@ -146,7 +113,7 @@ def kubernetes_cost(  # noqa: PLR0911, PLR0912, PLR0915 - one branch per functio
         return (0, MAX_ATTRIBUTE_VALUES), None
     if function == "check":
         return fixed(AUTHZ_CHECK_COST), None
-    if function in _AUTHZ_BUILDERS or function in _NOMINAL:
+    if function in FLAT_COST_FUNCTIONS:
         return fixed(1), None
     if function in ("fieldSelector", "labelSelector"):
         return (_selector_cost(size(args[0])), None) if len(args) == 1 else None
