@@ -83,5 +83,5 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             run_module(module)
             then()
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # this one import's loader instance, wrapped so structlog is configured the moment it has loaded
         return spec
