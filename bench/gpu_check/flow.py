@@ -25,6 +25,7 @@ resets it or starts MPS.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -152,7 +153,10 @@ def _script(script: str, args: list[str]) -> Callable[[_Run, dict[str, Any]], No
             raise StepSkipped("reads real GPUs through NVML; fake GPUs have none", by_design=True)
         out = run.opts.out
         cmd = [run.opts.plugin_python, str(REPO / "scripts" / script), *(a.replace("{out}", str(out)) for a in args)]
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+        # The script imports dra_driver: the checkout goes on PYTHONPATH, as for the plugin (a bare
+        # python3 on a GPU machine has nothing installed; the script's own folder is not the repo root).
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
         log = out / f"{Path(script).stem}.log"
         log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
         rec.update(command=cmd, exit_code=proc.returncode, output=str(log))
