@@ -90,7 +90,8 @@ bench: venv k8s $(PRODUCT_STAMP)
 	$(VENV)/bin/python -m bench.prepare_latency
 	$(VENV)/bin/python -m bench.selectors
 	# vs the Go reference driver (peer column empty without Go/peer source)
-	$(VENV)/bin/python -m bench.peer --plugin-python $(PRODUCT_VENV)/bin/python
+	$(VENV)/bin/python -m bench.peer --plugin-python $(PRODUCT_VENV)/bin/python --json docs/perf/data/peer.json
+	$(VENV)/bin/python -m bench.plots --peer docs/perf/data/peer.json --out docs/perf/img
 
 # The real kube-scheduler over 100 and 500 fake nodes publishing 8-GPU pools (full GPUs, dynamic
 # MIG): scheduling throughput, steady-state API writes, explain's time (bench/cluster_scale/,
@@ -101,7 +102,8 @@ bench-scale: venv k8s
 # dra-gpu explain offline over 100 and 500 fake nodes of dynamic MIG (8 H100s, 208 devices each):
 # median wall seconds of the CLI and one run by phase (bench/explain_scale.py, about a minute).
 bench-explain: venv
-	$(VENV)/bin/python -m bench.explain_scale --nodes 100 500
+	$(VENV)/bin/python -m bench.explain_scale --nodes 100 500 --json docs/perf/data/explain.json
+	$(VENV)/bin/python -m bench.plots --explain docs/perf/data/explain.json --out docs/perf/img
 
 # Minutes of kubelet traffic against the plugin while it is killed, the API server paused and the
 # checkpoint corrupted; prints the counts and every invariant violation (bench/soak/).

@@ -166,6 +166,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 500], help="cluster sizes (default: 100 500)")
     ap.add_argument("--runs", type=int, default=3, help="timed CLI runs per size (default 3)")
     ap.add_argument("--keep", type=Path, help="write the inputs to this directory and keep them")
+    ap.add_argument("--json", type=Path, help="also write the results here (read by python -m bench.plots)")
     ap.add_argument(
         "--source",
         type=Path,
@@ -198,6 +199,9 @@ def main() -> int:
                 figures = {k: round(v, 3) for k, v in split.items()}
                 results.append({"nodes": n, "source": str(source or REPO), "median_s": round(median, 3), **figures})
         print(json.dumps(results))
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "results": results}, indent=1) + "\n")
     return 0
 
 

@@ -6,6 +6,9 @@ Called by ``bench.peer.__main__`` (``make bench``); the measuring is ``bench.pee
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
+import json
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import bench.peer
 from bench.peer.guard import BenchTimeout
+from bench.peer.measure import Figures
 from bench.peer.run import run_bench
 from e2e.cluster import ApiError
 from e2e.peer_process import PeerBinary, PeerUnavailable, peer_binary
@@ -26,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--burst", type=int, default=200, help="claims prepared concurrently per driver")
     parser.add_argument("--threads", type=int, default=32, help="client threads of the burst")
     parser.add_argument("--no-peer", action="store_true", help="measure dra-gpu alone")
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure here (read by python -m bench.plots)")
     parser.add_argument("--deadline", type=int, default=1800, help="seconds; then everything is stopped")
     parser.add_argument(
         "--plugin-python",
@@ -50,7 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench: {peer_note}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="dra-gpu-bench-peer-") as tmp:
         try:
-            print(run_bench(args, binary, peer_note, Path(tmp)))
+            text, figs = run_bench(args, binary, peer_note, Path(tmp))
+            print(text)
+            if args.json is not None:
+                write_figures(args.json, figs, peer_note)
         except BenchTimeout:
             print(f"bench: deadline of {args.deadline}s passed; every process was stopped", file=sys.stderr)
             return 2
@@ -61,3 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench: API server error: {err}", file=sys.stderr)
             return 1
     return 0
+
+
+def write_figures(path: Path, figs: dict[str, Figures], peer_note: str) -> None:
+    """Every driver's raw figures as JSON (``{"date", "peer", "drivers": {label: Figures}}``) for ``bench.plots``."""
+    body = {
+        "date": datetime.date.today().isoformat(),
+        "peer": peer_note,
+        "drivers": {label: dataclasses.asdict(f) for label, f in figs.items()},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body, indent=1) + "\n")

@@ -1,4 +1,5 @@
-"""Runs the bench: the API server, both drivers for ``--runs`` fresh starts, every measurement, then the report.
+"""Runs the bench: the API server, both drivers for ``--runs`` fresh starts, every measurement, then the report
+(and the figures, which ``--json`` writes for ``bench.plots``).
 
 ``run_bench`` is called by ``bench.peer.cli.main``; it stops every process it started, under ``Guard``.
 """
@@ -20,7 +21,9 @@ from e2e.cluster import LocalCluster
 from e2e.peer_process import PeerBinary
 
 
-def run_bench(args: argparse.Namespace, binary: PeerBinary | None, peer_note: str, state_root: Path) -> str:
+def run_bench(
+    args: argparse.Namespace, binary: PeerBinary | None, peer_note: str, state_root: Path
+) -> tuple[str, dict[str, Figures]]:
     facts = machine_facts(state_root, binary)
     facts.append(
         f"dra-gpu plugin: {args.plugin_python or sys.executable} -m kubelet_plugin.main, defaults as installed "
@@ -98,7 +101,7 @@ def run_bench(args: argparse.Namespace, binary: PeerBinary | None, peer_note: st
             for d in drivers:
                 d.stop()
             cluster.stop()
-    return report(figs, args, facts, peer_note)
+    return report(figs, args, facts, peer_note), figs
 
 
 def _ordered(drivers: list[Driver], clients: list[DraClient], run: int) -> list[tuple[Driver, DraClient]]:
