@@ -5,13 +5,13 @@ Found by tests/docs_examples.py in the ```console (``$ `` lines, their output un
 and ```bash blocks of README.md, docs/**/*.md and demo/**/*.md, spelled ``dra-gpu``,
 ``.venv/bin/dra-gpu`` or ``kubectl dra-gpu``. Whether a command can run here is decided by its
 subcommand (``tests.docs_examples.needs``): ``inventory`` (not ``--nvml``) and ``explain -f ...
---slices ...`` run (exit 0; explain's 1, "not allocatable", is an answer too), each block's commands in order in one directory where demo/ and the rest of the
-checkout resolve (so ``> slices.yaml`` then ``--slices slices.yaml`` work); the first two words of
-each output line the doc shows must begin an output line, in the doc's order. The commands that
-need a cluster run in e2e/test_doc_examples.py where it can (``explain pod/...``); the rest (GPU,
-node, plugin metrics) are listed with the reason. Every command, run or not, must parse: its
-subcommand's ``--help`` succeeds and names every flag the doc passes, and the CLI's own parser
-accepts the words.
+--slices ...`` run (exit 0; explain's 1, "not allocatable", is an answer too), each block's
+commands in order in one directory where demo/ and the rest of the checkout resolve (so
+``> slices.yaml`` then ``--slices slices.yaml`` work); the first two words of each output line the
+doc shows must begin an output line, in the doc's order. The commands that need a cluster run in
+e2e/test_doc_examples.py where it can (``explain pod/...``); the rest (GPU, node, plugin metrics)
+are listed with the reason. Every command, run or not, must parse: its subcommand's ``--help``
+succeeds and names every flag the doc passes, and the CLI's own parser accepts the words.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_commands_that_need_no_cluster_run_and_print_what_the_doc_shows(tmp_path
         else:
             blocks[cmd.block].append(cmd)
     problems, ran = [], 0
-    for n, (block, cmds) in enumerate(sorted(blocks.items())):
+    for n, cmds in enumerate(blocks.values()):
         cwd = workdir_with_repo(tmp_path / f"block-{n}")
         env = cli_env(tmp_path / f"env-{n}")
         for cmd in cmds:
