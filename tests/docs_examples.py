@@ -72,13 +72,14 @@ class Fence:
     lang: str
     text: str
     fragment: bool  # the line before the fence is <!-- example: fragment -->
+    file: str  # the path as messages name it (relative to the checkout)
 
     @property
     def where(self) -> str:
-        return f"{rel(self.path)}:{self.line}"
+        return f"{self.file}:{self.line}"
 
 
-def fences(path: Path) -> list[Fence]:
+def fences(path: Path, root: Path = REPO) -> list[Fence]:
     """Every fenced block of a Markdown file, nested ones (in lists, quotes) included."""
     lines = path.read_text().splitlines()
     found = []
@@ -87,13 +88,14 @@ def fences(path: Path) -> list[Fence]:
             start = tok.map[0]
             before = lines[start - 1] if start > 0 else ""
             lang = tok.info.split()[0].lower() if tok.info.strip() else ""
-            found.append(Fence(path, start + 1, lang, tok.content, bool(FRAGMENT.match(before))))
+            found.append(Fence(path, start + 1, lang, tok.content, bool(FRAGMENT.match(before)), rel(path, root)))
     return found
 
 
 def fragment_markers(path: Path) -> list[int]:
-    """1-based lines holding a fragment marker (each must stand right before a fence)."""
-    return [i for i, line in enumerate(path.read_text().splitlines(), 1) if FRAGMENT.match(line)]
+    """1-based lines holding a fragment marker (each must stand right before a fence); code blocks' lines aside."""
+    code = {i + 1 for t in _tokens(path) if t.type in ("fence", "code_block") and t.map for i in range(*t.map)}
+    return [i for i, line in enumerate(path.read_text().splitlines(), 1) if FRAGMENT.match(line) and i not in code]
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def yaml_examples(root: Path = REPO) -> list[YamlExample]:
     found = [
         YamlExample(f.where, f.text, f.fragment)
         for md in markdown_files(root)
-        for f in fences(md)
+        for f in fences(md, root)
         if f.lang in YAML_LANGS and "apiVersion:" in f.text
     ]
     found += [YamlExample(rel(p, root), p.read_text(), False) for p in demo_manifests(root)]
@@ -196,7 +198,7 @@ def _console_commands(f: Fence) -> list[ShownCommand]:
 
     def flush() -> None:
         if current is not None:
-            cmd = parse_command(current[1], f"{rel(f.path)}:{current[0]}", f.where, tuple(shown))
+            cmd = parse_command(current[1], f"{f.file}:{current[0]}", f.where, tuple(shown))
             found.extend([cmd] if cmd else [])
 
     for lineno, line in _logical_lines(f.text, f.line + 1):
@@ -213,12 +215,12 @@ def shown_commands(root: Path = REPO) -> list[ShownCommand]:
     """Every dra-gpu command in the ```console, ```sh and ```bash blocks of the Markdown files."""
     found: list[ShownCommand] = []
     for md in markdown_files(root):
-        for f in fences(md):
+        for f in fences(md, root):
             if f.lang in CONSOLE_LANGS:
                 found += _console_commands(f)
             elif f.lang in SCRIPT_LANGS:
                 for lineno, line in _logical_lines(f.text, f.line + 1):
-                    cmd = parse_command(line.lstrip().removeprefix("$ "), f"{rel(md)}:{lineno}", f.where)
+                    cmd = parse_command(line.lstrip().removeprefix("$ "), f"{f.file}:{lineno}", f.where)
                     found.extend([cmd] if cmd else [])
     return found
 
