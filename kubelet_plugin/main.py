@@ -22,6 +22,7 @@ import structlog
 
 from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.inventory import node_publication
+from dra_driver.appkit.metrics_serving import MetricsUnavailable, ServedMetrics, serve_daemon_metrics
 from dra_driver.core.cdi import FAKE_DEVICE_NODE_HOST
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
@@ -50,7 +51,7 @@ from kubelet_plugin.state import DeviceState
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 
 if TYPE_CHECKING:
-    from dra_driver.obs.metrics import MetricsServer, PublisherMetrics
+    from dra_driver.obs.metrics import PluginMetrics, PublisherMetrics
     from dra_driver.obs.metrics import Registry as CollectorRegistry
     from kubelet_plugin.health import SocketHealthServicer
     from kubelet_plugin.recovery import StartReport
@@ -294,17 +295,11 @@ def _shutdown(servers: _Servers, publisher_thread: threading.Thread | None, metr
     if publisher_thread is not None:
         publisher_thread.join(timeout=5.0)
     if metrics is not None:
-        metrics.server.stop(wait=False)
+        metrics.stop()
 
 
-@dataclass(slots=True)
-class _Metrics:
-    server: MetricsServer
-    publisher: PublisherMetrics
-
-
-class _MetricsUnavailable(Exception):
-    """The metrics port cannot be listened on (logged as ``metrics_port_unavailable``)."""
+_Metrics = ServedMetrics[tuple["PluginMetrics", "PublisherMetrics"]]
+"""The plugin's metrics being served: the calls' and the publisher's hooks, and the server."""
 
 
 def _start_metrics(
@@ -314,30 +309,30 @@ def _start_metrics(
     slot: MetricsSlot | None,
     extra: Sequence[Callable[[CollectorRegistry], object]] = (),
 ) -> _Metrics | None:
-    """The metrics (None when off): the calls' metrics into ``slot``, the prepared claims' gauges, the server."""
+    """The metrics (None when off): the calls' metrics into ``slot``, the prepared claims' gauges, the server.
+
+    Checked before the sockets too (``_preflight``); a file or the port may have gone since (``MetricsUnavailable``).
+    """
     if slot is None:
         return None
-    # Loaded only now, after the sockets serve: prometheus_client takes about 0.1 s to import.
-    from dra_driver.obs.metrics import PluginMetrics, PreparedClaimsCollector, PublisherMetrics, new_registry, serve_or_log
 
-    registry = new_registry()
-    plugin = PluginMetrics(registry)
-    plugin.checkpoint_loaded(report.reasons, fresh=report.fresh)
-    mig_devices = [name for name, target in state.targets.items() if target.is_mig]
-    registry.register(PreparedClaimsCollector(state.prepared_snapshot, mig_devices))
-    publisher = PublisherMetrics(registry)
-    for register in extra:  # GPU health, per-claim usage
-        register(registry)
-    guard = load_or_log(settings.metrics_auth)  # checked before the sockets too; a file may have gone since
-    server = None
-    if guard is not None:
-        server = serve_or_log(
-            registry, settings.metrics_address, settings.metrics_port, authorize=guard.authorize, ssl_context=guard.ssl_context
-        )
-    if server is None:  # taken since the check before the sockets
-        raise _MetricsUnavailable
-    slot.sink = plugin
-    return _Metrics(server, publisher)
+    def build(registry: CollectorRegistry) -> tuple[PluginMetrics, PublisherMetrics]:
+        # Loaded only now, after the sockets serve: prometheus_client takes about 0.1 s to import.
+        from dra_driver.obs.metrics import PluginMetrics, PreparedClaimsCollector, PublisherMetrics
+
+        plugin = PluginMetrics(registry)
+        plugin.checkpoint_loaded(report.reasons, fresh=report.fresh)
+        mig_devices = [name for name, target in state.targets.items() if target.is_mig]
+        registry.register(PreparedClaimsCollector(state.prepared_snapshot, mig_devices))
+        publisher = PublisherMetrics(registry)
+        for register in extra:  # GPU health, per-claim usage
+            register(registry)
+        return plugin, publisher
+
+    served = serve_daemon_metrics(settings, build)
+    if served is not None:
+        slot.sink = served.hooks[0]
+    return served
 
 
 def _after_sockets(
@@ -352,7 +347,7 @@ def _after_sockets(
 ) -> tuple[Any, _Metrics | None]:
     """The API client (loaded while the sockets came up; a bad kubeconfig still fails start-up), then the metrics.
 
-    On a failure the servers are shut down and it raises (``_MetricsUnavailable``: the metrics port).
+    On a failure the servers are shut down and it raises (``MetricsUnavailable``: the metrics port).
     """
     try:
         return link.wait(), _start_metrics(settings, state, report, slot, extra)
@@ -476,7 +471,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
             log.error("plugin_refusing", reason=state.refusal, publishing=False)
         elif settings.publish_slices:
             publisher_thread = _start_publisher(
-                settings, api_client, link, tainted, stop, metrics=metrics.publisher if metrics is not None else None
+                settings, api_client, link, tainted, stop, metrics=metrics.hooks[1] if metrics is not None else None
             )
 
         log.info("plugin_started")
@@ -486,7 +481,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         if status is not None:
             status.stop()
         return 0
-    except _MetricsUnavailable:
+    except MetricsUnavailable:
         return 2
     finally:
         state.close()  # the last checkpoint write durable; any later one durable as it is made
