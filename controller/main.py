@@ -24,7 +24,7 @@ from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.select import make_source
 
 if TYPE_CHECKING:
-    from dra_driver.appkit.publisher import PublisherMetricsHook
+    from dra_driver.appkit.slice_api import PublisherMetricsHook
 
 __all__ = ["main", "parse", "run"]
 

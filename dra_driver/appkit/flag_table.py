@@ -146,13 +146,14 @@ class Flag:
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         """Add the flag, its default from the env var (set and not empty) or the row."""
+        typed: dict[str, Callable[[str], Any]] = {} if self.kind.parse is None else {"type": self.kind.parse}
         parser.add_argument(
             self.option,
             dest=self.dest,
             default=env(self.env, self.default),  # a string default goes through ``type`` too
-            type=self.kind.parse,
             choices=list(self.choices) or None,
             help=self.help_text(),
+            **typed,
         )
 
 
