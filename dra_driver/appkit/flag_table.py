@@ -146,15 +146,15 @@ class Flag:
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         """Add the flag, its default from the env var (set and not empty) or the row."""
-        typed: dict[str, Callable[[str], Any]] = {} if self.kind.parse is None else {"type": self.kind.parse}
-        parser.add_argument(
-            self.option,
-            dest=self.dest,
-            default=env(self.env, self.default),  # a string default goes through ``type`` too
-            choices=list(self.choices) or None,
-            help=self.help_text(),
-            **typed,
-        )
+        options: dict[str, Any] = {
+            "dest": self.dest,
+            "default": env(self.env, self.default),  # a string default goes through ``type`` too
+            "choices": list(self.choices) or None,
+            "help": self.help_text(),
+        }
+        if self.kind.parse is not None:
+            options["type"] = self.kind.parse
+        parser.add_argument(self.option, **options)
 
 
 def no_check(fail: Fail, values: Values, parsed: Mapping[str, Any]) -> None:
