@@ -54,11 +54,14 @@ class WebhookSettings:
 
 _EVERY_ADDRESS = "0.0.0.0"  # noqa: S104 - a server in a pod listens on the pod's addresses
 
+_CERT = Flag("tls-cert-file", "PEM certificate (chain) to serve", field="cert_file", value=optional_path, required=True)
+_KEY = Flag("tls-private-key-file", "PEM private key", field="key_file", value=optional_path, required=True)
+
 WEBHOOK_FLAGS = (
     Flag("bind-address", "address to listen on; '::' for IPv6", _EVERY_ADDRESS),
     Flag("port", f"HTTPS port (default {DEFAULT_PORT})", str(DEFAULT_PORT), kind=INT_TEXT),
-    Flag("tls-cert-file", "PEM certificate (chain) to serve", field="cert_file", value=optional_path, required=True),
-    Flag("tls-private-key-file", "PEM private key", field="key_file", value=optional_path, required=True),
+    _CERT,
+    _KEY,
     dataclasses.replace(DRIVER_NAME, help="DRA driver name whose configs to validate"),
     LOG_LEVEL,
     Flag(
@@ -93,7 +96,7 @@ def _number(fail: Fail, flag: str, value: str, kind: type[float], *, low: float,
 def _check(fail: Fail, values: Values, parsed: Mapping[str, Any]) -> None:
     check_metrics(fail, values, parsed)
     if not values["cert_file"] or not values["key_file"]:
-        fail("--tls-cert-file and --tls-private-key-file (or TLS_CERT_FILE and TLS_PRIVATE_KEY_FILE) are required")
+        fail(f"{_CERT.option} and {_KEY.option} (or {_CERT.env} and {_KEY.env}) are required")
     try:
         port = int(values["port"])
     except ValueError:

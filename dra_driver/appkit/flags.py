@@ -19,11 +19,12 @@ from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
 from dra_driver.obs.scrape_auth import ScrapeAuthConfig
 from dra_driver.sources.fake import PROFILES
 
+NODE_NAME = Flag("node-name", "this node's name", required=True)
 DRIVER_NAME = Flag("driver-name", "DRA driver name", DEFAULT_DRIVER_NAME)
 LOG_LEVEL = Flag("log-level", "debug, info, warning, error", "info")
 
 COMMON_FLAGS = (
-    Flag("node-name", "this node's name", required=True),
+    NODE_NAME,
     DRIVER_NAME,
     Flag("fake-gpus", f"fake GPU profile instead of NVML: {', '.join(sorted(PROFILES))}", value=optional),
     Flag(
@@ -71,7 +72,7 @@ def check_log_level(fail: Fail, values: Values) -> None:
 def check_common(fail: Fail, values: Values) -> None:
     """Validate the common flags (``fail`` exits 2 naming the flag); the driver name normalized in ``values``."""
     if not values["node_name"]:
-        fail("--node-name (or NODE_NAME) is required")
+        fail(f"{NODE_NAME.option} (or {NODE_NAME.env}) is required")
     check_driver_name(fail, values)
     if values["fake_gpus"] and values["fake_gpus"] not in PROFILES:
         fail(f"--fake-gpus: unknown profile {values['fake_gpus']!r}; known: {', '.join(sorted(PROFILES))}")
