@@ -37,6 +37,11 @@ RENDERS = {
         "kubeletPlugin.healthcheckPort=-1", "controller.enabled=true", "controller.nodeName=node-a",
     ),
     "mig-static-nvml": ("mig.strategy=static", "webhook.enabled=true"),
+    "node-pools": (
+        "gpus.fake.profile=h100x8", "nodePools[0].name=mig-dynamic", "nodePools[0].mig.strategy=dynamic",
+        "nodePools[0].nodeSelector.matchLabels.pool=mig", "nodePools[1].name=shared", "nodePools[1].sharing.consumable=true",
+        "nodePools[1].nodeSelector.matchLabels.pool=shared",
+    ),
 }  # fmt: skip
 """Value sets that together turn on every env var the chart can set."""
 
