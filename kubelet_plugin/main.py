@@ -43,7 +43,7 @@ from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.pod_notes import PodNotes
 from kubelet_plugin.servers import PluginServers, start_servers
 from kubelet_plugin.servicer import MetricsSlot
-from kubelet_plugin.settings import Settings, parse
+from kubelet_plugin.settings import FLAGS, Settings, parse
 from kubelet_plugin.state import DeviceState
 
 if TYPE_CHECKING:
@@ -334,7 +334,8 @@ def _preflight(settings: Settings) -> str | None:
     try:
         boot_id = read_boot_id(settings.boot_id_file)
     except BootIdError as err:
-        log.error("boot_id_unreadable", error=str(err), hint="set BOOT_ID_FILE (--boot-id-file) to the node's boot id")
+        flag = FLAGS.row("boot-id-file")
+        log.error("boot_id_unreadable", error=str(err), hint=f"set {flag.env} ({flag.option}) to the node's boot id")
         return None
     if problem := metrics_port_problem(settings.metrics_address, settings.metrics_port):
         # The kubelet must not register a plugin that is about to exit.
