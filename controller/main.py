@@ -2,106 +2,49 @@
 
 Useful without a kubelet plugin (demos, control-plane-only tests, fake GPUs): discovers the
 node's GPUs (``make_source``), maps them with the publication rules (``--mig`` included) and runs the
-``SlicePublisher`` until SIGTERM or SIGINT, then exits 0. Each flag defaults to an env var.
-Prometheus metrics of the publisher (``dra_driver.obs.metrics.PublisherMetrics``) are served over
-plain HTTP on ``--metrics-port`` (default 9421, -1 off); a port it cannot listen on exits 2.
+``SlicePublisher`` until SIGTERM or SIGINT, then exits 0. Each flag defaults to an env var (the
+table: ``controller.settings``). Prometheus metrics of the publisher
+(``dra_driver.obs.metrics.PublisherMetrics``) are served over plain HTTP on ``--metrics-port``
+(default 9421, -1 off; ``dra_driver.appkit.metrics_serving``); a port it cannot listen on exits 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import threading
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
 
+from controller.settings import ControllerSettings, parse
 from dra_driver.appkit.daemon import run_daemon
-from dra_driver.appkit.flags import (
-    add_common_flags,
-    add_metrics_flags,
-    check_common_flags,
-    check_metrics_flags,
-)
 from dra_driver.appkit.inventory import node_publication
+from dra_driver.appkit.metrics_serving import MetricsUnavailable, serve_daemon_metrics
 from dra_driver.core.mig import MigStrategy
 from dra_driver.mig_backends.select import make_mig_backend
-from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
-from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig, load_or_log
 from dra_driver.sources.select import make_source
 
 if TYPE_CHECKING:
-    from dra_driver.appkit.publisher import PublisherMetricsHook
+    from dra_driver.appkit.slice_api import PublisherMetricsHook
+
+__all__ = ["main", "parse", "run"]
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerSettings:
-    """Everything the standalone controller needs."""
-
-    node_name: str
-    driver_name: str
-    fake_gpus: str | None
-    kubeconfig: str | None
-    log_level: str
-    mig: MigStrategy = MigStrategy.NONE
-    consumable: bool = False
-    fake_gpu_state_dir: Path | None = None
-    metrics_port: int = -1
-    """Prometheus /metrics port (plain HTTP), 0 = any, -1 = off (the flag's default: 9421)."""
-    metrics_address: str = DEFAULT_METRICS_ADDRESS
-    metrics_auth: ScrapeAuthConfig = NO_SCRAPE_AUTH
-    """Who may scrape /metrics (``dra_driver.obs.scrape_auth``)."""
-
-
-def parse(argv: list[str] | None = None) -> ControllerSettings:
-    """Parse flags (env vars as defaults); exit 2 with a message naming a bad value."""
-    p = argparse.ArgumentParser(prog="dra-gpu-controller", description="publish one node's dra-gpu ResourceSlices")
-    add_common_flags(p)
-    add_metrics_flags(p, "controller")
-    a = p.parse_args(argv)
-    driver = check_common_flags(p, a)
-    metrics_auth = check_metrics_flags(p, a)
-    return ControllerSettings(
-        node_name=a.node_name,
-        driver_name=driver,
-        fake_gpus=a.fake_gpus or None,
-        kubeconfig=a.kubeconfig or None,
-        log_level=a.log_level,
-        mig=MigStrategy(a.mig),
-        consumable=a.sharing == "consumable",
-        fake_gpu_state_dir=Path(a.fake_gpu_state_dir) if a.fake_gpu_state_dir else None,
-        metrics_port=a.metrics_port,
-        metrics_address=a.metrics_address,
-        metrics_auth=metrics_auth,
-    )
 
 
 def run(settings: ControllerSettings, stop: threading.Event) -> int:
     """Publish the node's devices until ``stop`` is set; return the exit code (2: the metrics port or auth files are unusable)."""
     # Imported here, as the publisher's below, so that --help and flag errors load neither client.
-    from dra_driver.obs.metrics import MetricsServer, PublisherMetrics, new_registry, serve_or_log
+    from dra_driver.obs.metrics import PublisherMetrics
 
-    metrics: PublisherMetrics | None = None
-    server: MetricsServer | None = None
-    if settings.metrics_port >= 0:
-        registry = new_registry()
-        metrics = PublisherMetrics(registry)
-        guard = load_or_log(settings.metrics_auth)  # who may scrape (a token, TLS)
-        if guard is None:
-            return 2
-        server = serve_or_log(
-            registry, settings.metrics_address, settings.metrics_port, authorize=guard.authorize, ssl_context=guard.ssl_context
-        )
-        if server is None:
-            return 2
     try:
-        _publish(settings, stop, metrics)
+        served = serve_daemon_metrics(settings, PublisherMetrics)
+    except MetricsUnavailable:
+        return 2
+    try:
+        _publish(settings, stop, served.hooks if served is not None else None)
     finally:
-        if server is not None:
-            server.stop(wait=False)
+        if served is not None:
+            served.stop()
     return 0
 
 

@@ -7,7 +7,6 @@ with the script to run. What the API server does with the chart is in ``e2e/test
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
@@ -17,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.appkit.flags import add_common_flags
+from dra_driver.appkit.flag_table import FlagTable
+from dra_driver.appkit.flags import COMMON_FLAGS
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.core.mig import MigStrategy
 from dra_driver.sources.fake import PROFILES
@@ -122,8 +122,7 @@ def test_schema_profiles_are_the_codes_profiles() -> None:
 
 def test_schema_mig_choices_are_the_daemons_flag_choices() -> None:
     """mig.strategy and gpus.fake.migLatency allow exactly what --mig and --fake-mig-latency accept."""
-    parser = argparse.ArgumentParser()
-    add_common_flags(parser)
+    parser = FlagTable("common", "common", "", object, COMMON_FLAGS).parser()
     choices = {a.dest: sorted(a.choices or ()) for a in parser._actions}
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
     assert sorted(schema["mig"]["properties"]["strategy"]["enum"]) == choices["mig"] == sorted(m.value for m in MigStrategy)

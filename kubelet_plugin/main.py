@@ -2,26 +2,25 @@
 
 Lifecycle: load GPUs (the API client loads meanwhile, ``kubelet_plugin.api_link``) → recover the
 checkpoint → start the DRA socket, then the registration socket (the kubelet may dial as soon as
-it sees it) → health → wait for the API client → metrics (prometheus_client is loaded only now;
-a metrics port it cannot listen on stops the plugin with exit code 2) → slice publisher. On
-SIGTERM: health NOT_SERVING, registration socket removed first (the kubelet deregisters),
-in-flight calls finish (grace), DRA socket removed, publisher and metrics server stopped.
+it sees it) → health (``kubelet_plugin.servers``) → wait for the API client → metrics
+(``dra_driver.appkit.metrics_serving``; prometheus_client is loaded only now; a metrics port it cannot
+listen on stops the plugin with exit code 2) → slice publisher. On SIGTERM: health NOT_SERVING,
+registration socket removed first (the kubelet deregisters), in-flight calls finish (grace), DRA
+socket removed (``PluginServers.stop``), publisher and metrics server stopped.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent import futures
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import grpc
 import structlog
 
 from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.inventory import node_publication
+from dra_driver.appkit.metrics_serving import MetricsUnavailable, ServedMetrics, serve_daemon_metrics
 from dra_driver.core.cdi import FAKE_DEVICE_NODE_HOST
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
@@ -38,39 +37,25 @@ from kubelet_plugin.api_link import ApiLink
 from kubelet_plugin.device_status import DeviceStatusReporter, StatusWriter
 from kubelet_plugin.driver_userspace import driver_supply
 from kubelet_plugin.health_monitor import HealthMonitor, MonitorConfig
-from kubelet_plugin.health_stream import SERVICE_NAMES, HealthStreams
+from kubelet_plugin.health_stream import HealthStreams
 from kubelet_plugin.health_taints import TaintedPublication
 from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.pod_notes import PodNotes
-from kubelet_plugin.registration import RegistrationServicer
-from kubelet_plugin.servicer import MetricsSlot, add_dra_services
-from kubelet_plugin.settings import Settings, parse
-from kubelet_plugin.sockets import SocketPaths, secure_socket, unix_server
+from kubelet_plugin.servers import PluginServers, start_servers
+from kubelet_plugin.servicer import MetricsSlot
+from kubelet_plugin.settings import FLAGS, Settings, parse
 from kubelet_plugin.state import DeviceState
-from proto.pluginregistration import api_pb2_grpc as reg_grpc
 
 if TYPE_CHECKING:
-    from dra_driver.obs.metrics import MetricsServer, PublisherMetrics
+    from dra_driver.obs.metrics import PluginMetrics, PublisherMetrics
     from dra_driver.obs.metrics import Registry as CollectorRegistry
-    from kubelet_plugin.health import SocketHealthServicer
     from kubelet_plugin.recovery import StartReport
     from kubelet_plugin.usage import UsageSampler
 
 log = structlog.get_logger(__name__)
 
-SHUTDOWN_GRACE_S = 10.0
 COMPONENT = "dra-gpu-kubelet-plugin"
 TOOLKIT_SPEC_DIR = Path("/etc/cdi")  # where nvidia-ctk writes its spec besides /var/run/cdi
-
-
-@dataclass(slots=True)
-class _Servers:
-    paths: SocketPaths
-    dra: grpc.Server
-    registration: grpc.Server
-    health_servicer: SocketHealthServicer
-    health: grpc.Server | None
-    health_streams: HealthStreams | None = None
 
 
 def _build_state(
@@ -234,77 +219,17 @@ def _health_streams(settings: Settings, monitor: HealthMonitor | None, publicati
     return HealthStreams(monitor, pool_name=settings.node_name, devices_by_gpu=by_gpu)
 
 
-def _start_servers(
-    settings: Settings,
-    state: DeviceState,
-    status: DeviceStatusReporter | None,
-    streams: HealthStreams | None = None,
-    metrics: MetricsSlot | None = None,
-) -> _Servers:
-    """DRA socket first, then registration (the kubelet may dial as soon as it sees it), then health."""
-    paths = SocketPaths.for_plugin(
-        driver=settings.driver_name,
-        registrar_dir=settings.registrar_dir,
-        plugin_dir=settings.plugin_dir,
-        pod_uid=settings.pod_uid,
-    )
-    dra_server = unix_server(paths.dra)
-    add_dra_services(dra_server, state, status, metrics)
-    if streams is not None:
-        streams.add_to_server(dra_server)
-    dra_server.start()
-    secure_socket(paths.dra)
-
-    registration = RegistrationServicer(
-        settings.driver_name, str(paths.dra), extra_services=SERVICE_NAMES if streams is not None else ()
-    )
-    reg_server = unix_server(paths.registration, max_workers=2)
-    reg_grpc.add_RegistrationServicer_to_server(registration, reg_server)
-    reg_server.start()
-    secure_socket(paths.registration)
-    log.info("sockets_listening", registration=str(paths.registration), dra=str(paths.dra))
-
-    # Loaded once the sockets serve: grpc_health (and its protobuf descriptors) is not on the kubelet's path.
-    from grpc_health.v1 import health_pb2_grpc
-
-    from kubelet_plugin.health import SocketHealthServicer
-
-    health_servicer = SocketHealthServicer(paths.registration, paths.dra, registration.registered)
-    health_server: grpc.Server | None = None
-    if settings.healthcheck_port >= 0:
-        health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
-        port = health_server.add_insecure_port(f"{settings.healthcheck_address}:{settings.healthcheck_port}")
-        health_server.start()
-        log.info("health_listening", port=port)
-    return _Servers(paths, dra_server, reg_server, health_servicer, health_server, streams)
-
-
-def _shutdown(servers: _Servers, publisher_thread: threading.Thread | None, metrics: _Metrics | None = None) -> None:
-    """Health NOT_SERVING, registration socket gone first, in-flight calls finished, DRA socket gone, metrics last."""
-    servers.health_servicer.enter_graceful_shutdown()
-    servers.paths.registration.unlink(missing_ok=True)  # the kubelet's watcher deregisters us
-    servers.registration.stop(grace=1.0).wait()
-    if servers.health_streams is not None:
-        servers.health_streams.stop()  # open streams would hold the grace period below
-    servers.dra.stop(grace=SHUTDOWN_GRACE_S).wait()  # refuse new calls, let in-flight ones finish
-    servers.paths.dra.unlink(missing_ok=True)
-    if servers.health is not None:
-        servers.health.stop(grace=1.0).wait()
+def _shutdown(servers: PluginServers, publisher_thread: threading.Thread | None, metrics: _Metrics | None = None) -> None:
+    """The servers stopped in order (``PluginServers.stop``), then the publisher, the metrics last."""
+    servers.stop()
     if publisher_thread is not None:
         publisher_thread.join(timeout=5.0)
     if metrics is not None:
-        metrics.server.stop(wait=False)
+        metrics.stop()
 
 
-@dataclass(slots=True)
-class _Metrics:
-    server: MetricsServer
-    publisher: PublisherMetrics
-
-
-class _MetricsUnavailable(Exception):
-    """The metrics port cannot be listened on (logged as ``metrics_port_unavailable``)."""
+_Metrics = ServedMetrics[tuple["PluginMetrics", "PublisherMetrics"]]
+"""The plugin's metrics being served: the calls' and the publisher's hooks, and the server."""
 
 
 def _start_metrics(
@@ -314,37 +239,37 @@ def _start_metrics(
     slot: MetricsSlot | None,
     extra: Sequence[Callable[[CollectorRegistry], object]] = (),
 ) -> _Metrics | None:
-    """The metrics (None when off): the calls' metrics into ``slot``, the prepared claims' gauges, the server."""
+    """The metrics (None when off): the calls' metrics into ``slot``, the prepared claims' gauges, the server.
+
+    Checked before the sockets too (``_preflight``); a file or the port may have gone since (``MetricsUnavailable``).
+    """
     if slot is None:
         return None
-    # Loaded only now, after the sockets serve: prometheus_client takes about 0.1 s to import.
-    from dra_driver.obs.metrics import PluginMetrics, PreparedClaimsCollector, PublisherMetrics, new_registry, serve_or_log
 
-    registry = new_registry()
-    plugin = PluginMetrics(registry)
-    plugin.checkpoint_loaded(report.reasons, fresh=report.fresh)
-    mig_devices = [name for name, target in state.targets.items() if target.is_mig]
-    registry.register(PreparedClaimsCollector(state.prepared_snapshot, mig_devices))
-    publisher = PublisherMetrics(registry)
-    for register in extra:  # GPU health, per-claim usage
-        register(registry)
-    guard = load_or_log(settings.metrics_auth)  # checked before the sockets too; a file may have gone since
-    server = None
-    if guard is not None:
-        server = serve_or_log(
-            registry, settings.metrics_address, settings.metrics_port, authorize=guard.authorize, ssl_context=guard.ssl_context
-        )
-    if server is None:  # taken since the check before the sockets
-        raise _MetricsUnavailable
-    slot.sink = plugin
-    return _Metrics(server, publisher)
+    def build(registry: CollectorRegistry) -> tuple[PluginMetrics, PublisherMetrics]:
+        # Loaded only now, after the sockets serve: prometheus_client takes about 0.1 s to import.
+        from dra_driver.obs.metrics import PluginMetrics, PreparedClaimsCollector, PublisherMetrics
+
+        plugin = PluginMetrics(registry)
+        plugin.checkpoint_loaded(report.reasons, fresh=report.fresh)
+        mig_devices = [name for name, target in state.targets.items() if target.is_mig]
+        registry.register(PreparedClaimsCollector(state.prepared_snapshot, mig_devices))
+        publisher = PublisherMetrics(registry)
+        for register in extra:  # GPU health, per-claim usage
+            register(registry)
+        return plugin, publisher
+
+    served = serve_daemon_metrics(settings, build)
+    if served is not None:
+        slot.sink = served.hooks[0]
+    return served
 
 
 def _after_sockets(
     settings: Settings,
     state: DeviceState,
     link: ApiLink,
-    servers: _Servers,
+    servers: PluginServers,
     *,
     report: StartReport,
     slot: MetricsSlot | None,
@@ -352,7 +277,7 @@ def _after_sockets(
 ) -> tuple[Any, _Metrics | None]:
     """The API client (loaded while the sockets came up; a bad kubeconfig still fails start-up), then the metrics.
 
-    On a failure the servers are shut down and it raises (``_MetricsUnavailable``: the metrics port).
+    On a failure the servers are shut down and it raises (``MetricsUnavailable``: the metrics port).
     """
     try:
         return link.wait(), _start_metrics(settings, state, report, slot, extra)
@@ -409,7 +334,8 @@ def _preflight(settings: Settings) -> str | None:
     try:
         boot_id = read_boot_id(settings.boot_id_file)
     except BootIdError as err:
-        log.error("boot_id_unreadable", error=str(err), hint="set BOOT_ID_FILE (--boot-id-file) to the node's boot id")
+        flag = FLAGS.row("boot-id-file")
+        log.error("boot_id_unreadable", error=str(err), hint=f"set {flag.env} ({flag.option}) to the node's boot id")
         return None
     if problem := metrics_port_problem(settings.metrics_address, settings.metrics_port):
         # The kubelet must not register a plugin that is about to exit.
@@ -460,7 +386,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         monitor = _health_monitor(settings, gpus, link, boot_id=boot_id)
         tainted = TaintedPublication(publication, settings.driver_name, evict_fatal=settings.health_evict)
         slot = MetricsSlot() if settings.metrics_port >= 0 else None
-        servers = _start_servers(settings, state, status, _health_streams(settings, monitor, publication), slot)
+        servers = start_servers(settings, state, status, _health_streams(settings, monitor, publication), slot)
         usage = _usage_sampler(settings, state, publication, pods)
         extra = _monitoring_collectors(settings, gpus, monitor, usage)
         api_client, metrics = _after_sockets(settings, state, link, servers, report=report, slot=slot, extra=extra)
@@ -476,7 +402,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
             log.error("plugin_refusing", reason=state.refusal, publishing=False)
         elif settings.publish_slices:
             publisher_thread = _start_publisher(
-                settings, api_client, link, tainted, stop, metrics=metrics.publisher if metrics is not None else None
+                settings, api_client, link, tainted, stop, metrics=metrics.hooks[1] if metrics is not None else None
             )
 
         log.info("plugin_started")
@@ -486,7 +412,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         if status is not None:
             status.stop()
         return 0
-    except _MetricsUnavailable:
+    except MetricsUnavailable:
         return 2
     finally:
         state.close()  # the last checkpoint write durable; any later one durable as it is made

@@ -1,23 +1,21 @@
-"""The kubelet plugin's settings: one frozen dataclass from flags, each flag also an env var.
+"""The kubelet plugin's settings: one frozen dataclass, and the table of flags (each also an env var) that fills it.
 
-Parsed once by ``kubelet_plugin.main``; mirrored by the Helm chart's values. Defaults follow
-the kubelet's conventions (socket directories) and the CDI runtimes' (``/var/run/cdi``).
+Parsed once by ``kubelet_plugin.main`` (``parse``); the Helm chart sets the env vars
+(``tests/chart`` checks them against ``FLAGS``), and ``docs/reference/flags.md`` lists them
+(``scripts/gen_reference.py flags``). Defaults follow the kubelet's conventions (socket
+directories) and the CDI runtimes' (``/var/run/cdi``). Rows: ``dra_driver.appkit.flag_table``.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from dra_driver.appkit.flags import (
-    add_common_flags,
-    add_metrics_flags,
-    check_common_flags,
-    check_metrics_flags,
-    env,
-)
+from dra_driver.appkit.flag_table import BOOL, FLOAT, INT, Fail, Flag, FlagTable, Values, absolute_path, as_path, optional, rows
+from dra_driver.appkit.flags import COMMON_FLAGS, METRICS_DERIVED, check_common, check_metrics, metrics_flags
 from dra_driver.core.mig import MigStrategy
 from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
 from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig
@@ -70,175 +68,137 @@ class Settings:
     """Seconds between per-claim utilization samples (0: off; nothing is sampled while metrics are off)."""
 
 
-def parse(argv: list[str] | None = None) -> Settings:
-    """Parse flags (env vars as defaults); exit with a message naming a bad value."""
-    p = argparse.ArgumentParser(prog="dra-gpu-kubelet-plugin", description="dra-gpu kubelet plugin (DRA driver for GPUs)")
-    add_common_flags(p)
-    p.add_argument(
-        "--registrar-dir",
-        default=env("REGISTRAR_DIR", "/var/lib/kubelet/plugins_registry"),
-        help="kubelet plugin registration dir [REGISTRAR_DIR]",
-    )
-    p.add_argument(
-        "--plugin-dir",
-        default=env("PLUGIN_DIR"),
-        help="DRA socket and state dir, default /var/lib/kubelet/plugins/<driver> [PLUGIN_DIR]",
-    )
-    p.add_argument("--cdi-root", default=env("CDI_ROOT", "/var/run/cdi"), help="where CDI specs are written [CDI_ROOT]")
-    p.add_argument(
-        "--pod-uid", default=env("POD_UID"), help="this pod's UID, for per-pod socket names during rolling updates [POD_UID]"
-    )
-    p.add_argument(
-        "--healthcheck-port",
-        type=int,
-        default=int(env("HEALTHCHECK_PORT", "51515") or 51515),
-        help="gRPC health port, 0 = any, -1 = off [HEALTHCHECK_PORT]",
-    )
-    p.add_argument(
-        "--healthcheck-address",
-        default=env("HEALTHCHECK_ADDRESS", "[::]"),
-        help="gRPC health bind address [HEALTHCHECK_ADDRESS]",
-    )
-    p.add_argument(
-        "--publish-slices",
-        default=env("PUBLISH_SLICES", "true"),
-        choices=["true", "false"],
-        help="publish this node's ResourceSlices [PUBLISH_SLICES]",
-    )
-    p.add_argument(
-        "--boot-id-file",
-        default=env("BOOT_ID_FILE", "/proc/sys/kernel/random/boot_id"),
-        help="where the node boot id is read [BOOT_ID_FILE]",
-    )
-    p.add_argument(
-        "--gc-interval",
-        type=float,
-        default=float(env("GC_INTERVAL", "600") or 600),
-        help="seconds between passes that unprepare claims whose ResourceClaim is gone, 0 = off [GC_INTERVAL]",
-    )
-    p.add_argument(
-        "--nvidia-bin-dir",
-        default=env("NVIDIA_BIN_DIR", "/driver-root/usr/bin"),
-        help="where nvidia-smi and nvidia-cuda-mps-control are (real GPUs) [NVIDIA_BIN_DIR]",
-    )
-    p.add_argument(
-        "--driver-root",
-        default=env("DRIVER_ROOT"),
-        help="where the plugin sees the NVIDIA driver's root, whose user space (libcuda.so.1, nvidia-smi...) each claim's "
+PLUGIN_FLAGS = (
+    Flag("registrar-dir", "kubelet plugin registration dir", "/var/lib/kubelet/plugins_registry", value=absolute_path),
+    Flag("plugin-dir", "DRA socket and state dir, default /var/lib/kubelet/plugins/<driver>"),
+    Flag("cdi-root", "where CDI specs are written", "/var/run/cdi", value=absolute_path),
+    Flag("pod-uid", "this pod's UID, for per-pod socket names during rolling updates", value=optional),
+    Flag("healthcheck-port", "gRPC health port, 0 = any, -1 = off", "51515", kind=INT),
+    Flag("healthcheck-address", "gRPC health bind address", "[::]"),
+    Flag("publish-slices", "publish this node's ResourceSlices", "true", kind=BOOL),
+    Flag("boot-id-file", "where the node boot id is read", "/proc/sys/kernel/random/boot_id", value=as_path),
+    Flag(
+        "gc-interval",
+        "seconds between passes that unprepare claims whose ResourceClaim is gone, 0 = off",
+        "600",
+        kind=FLOAT,
+        field="gc_interval_s",
+    ),
+    Flag(
+        "nvidia-bin-dir",
+        "where nvidia-smi and nvidia-cuda-mps-control are (real GPUs)",
+        "/driver-root/usr/bin",
+        value=as_path,
+    ),
+    Flag(
+        "driver-root",
+        "where the plugin sees the NVIDIA driver's root, whose user space (libcuda.so.1, nvidia-smi...) each claim's "
         "containers get when the toolkit's CDI spec does not list the device; default /driver-root with real GPUs, "
-        "none with fake GPUs (given, fake GPUs need it too) [DRIVER_ROOT]",
-    )
-    p.add_argument(
-        "--driver-root-host-path",
-        default=env("DRIVER_ROOT_HOST_PATH"),
-        help="the driver root's path on the host, which the CDI specs' mounts name (the chart's gpus.nvml.driverRoot); "
-        "default: --driver-root [DRIVER_ROOT_HOST_PATH]",
-    )
-    p.add_argument(
-        "--device-status",
-        default=env("DEVICE_STATUS", "true"),
-        choices=["true", "false"],
-        help="report prepared devices in their ResourceClaim's status.devices (needs the chart's "
-        "deviceStatus RBAC) [DEVICE_STATUS]",
-    )
-    _add_health_flags(p)
-    add_metrics_flags(p, "plugin")
-    p.add_argument(
-        "--metrics-tenant-labels",
-        default=env("METRICS_TENANT_LABELS", "false"),
-        choices=["true", "false"],
-        help="label the per-claim usage series with the claim's namespace, name and pods (default false: the claim's "
-        "UID only) [METRICS_TENANT_LABELS]",
-    )
-    a = p.parse_args(argv)
-    driver = check_common_flags(p, a)
-    metrics_auth = check_metrics_flags(p, a)
-    if a.usage_interval < 0:
-        p.error(f"--usage-interval: {a.usage_interval} is negative")
-    if not all(math.isfinite(v) and v > 0 for v in (a.health_check_interval, a.health_hold)):
-        p.error("--health-check-interval and --health-hold must be positive numbers")
-    if not math.isfinite(a.usage_interval):
-        p.error(f"--usage-interval: {a.usage_interval} is not a number")
-    if a.gc_interval < 0:
-        p.error(f"--gc-interval: {a.gc_interval} is negative")
-    plugin_dir = Path(a.plugin_dir or f"/var/lib/kubelet/plugins/{driver}").absolute()
-    driver_root = a.driver_root or (None if a.fake_gpus else "/driver-root")
-    host_root = a.driver_root_host_path or driver_root
+        "none with fake GPUs (given, fake GPUs need it too)",
+    ),
+    Flag(
+        "driver-root-host-path",
+        "the driver root's path on the host, which the CDI specs' mounts name (the chart's gpus.nvml.driverRoot); "
+        "default: --driver-root",
+    ),
+    Flag(
+        "device-status",
+        "report prepared devices in their ResourceClaim's status.devices (needs the chart's deviceStatus RBAC)",
+        "true",
+        kind=BOOL,
+    ),
+)
+"""The plugin's own node flags: directories, sockets, the health port, publishing, GC, the driver root."""
+
+HEALTH_FLAGS = (
+    Flag(
+        "usage-interval",
+        "seconds between per-claim GPU utilization samples for /metrics, 0 = off",
+        "10",
+        kind=FLOAT,
+        field="usage_interval_s",
+    ),
+    Flag(
+        "health",
+        "GPU health monitoring: auto (NVML events and checks; the fault file with fake GPUs), off",
+        "auto",
+        choices=("auto", "off"),
+    ),
+    Flag(
+        "health-evict",
+        "taint GPUs with a fatal cause NoExecute, so pods using them are evicted (else NoSchedule)",
+        "false",
+        kind=BOOL,
+    ),
+    Flag(
+        "health-check-interval",
+        "seconds between health checks (lost GPU, memory repair pending)",
+        "10",
+        kind=FLOAT,
+        field="health_check_interval_s",
+    ),
+    Flag(
+        "health-hold",
+        "seconds an application or informational cause (effect None taint) stays without recurring",
+        "600",
+        kind=FLOAT,
+        field="health_hold_s",
+    ),
+    Flag("health-stream", "serve the kubelet's DRAResourceHealth stream (pod status shows device health)", "true", kind=BOOL),
+)
+"""GPU health monitoring and usage sampling."""
+
+TENANT_LABELS = Flag(
+    "metrics-tenant-labels",
+    "label the per-claim usage series with the claim's namespace, name and pods (default false: the claim's UID only)",
+    "false",
+    kind=BOOL,
+)
+
+
+def _check(fail: Fail, values: Values, parsed: Mapping[str, Any]) -> None:
+    """The common and metrics checks, then the plugin's; the paths that default from others filled in."""
+    check_common(fail, values)
+    check_metrics(fail, values, parsed)
+    usage = values["usage_interval_s"]
+    if usage < 0:
+        fail(f"--usage-interval: {usage} is negative")
+    if not all(math.isfinite(v) and v > 0 for v in (values["health_check_interval_s"], values["health_hold_s"])):
+        fail("--health-check-interval and --health-hold must be positive numbers")
+    if not math.isfinite(usage):
+        fail(f"--usage-interval: {usage} is not a number")
+    if values["gc_interval_s"] < 0:
+        fail(f"--gc-interval: {values['gc_interval_s']} is negative")
+    plugin_dir = Path(values["plugin_dir"] or f"/var/lib/kubelet/plugins/{values['driver_name']}").absolute()
+    driver_root = values["driver_root"] or (None if values["fake_gpus"] else "/driver-root")
+    host_root = values["driver_root_host_path"] or driver_root
     for flag, value in (("--driver-root", driver_root), ("--driver-root-host-path", host_root)):
         if value is not None and not value.startswith("/"):
-            p.error(f"{flag}: {value!r} is not an absolute path")
-    if a.pod_uid is not None and not all(c.isalnum() or c == "-" for c in a.pod_uid):
-        p.error(f"--pod-uid: {a.pod_uid!r} is not a UID")
-    return Settings(
-        node_name=a.node_name,
-        driver_name=driver,
-        fake_gpus=a.fake_gpus or None,
-        registrar_dir=Path(a.registrar_dir).absolute(),
+            fail(f"{flag}: {value!r} is not an absolute path")
+    pod_uid = values["pod_uid"]
+    if pod_uid is not None and not all(c.isalnum() or c == "-" for c in pod_uid):
+        fail(f"--pod-uid: {pod_uid!r} is not a UID")
+    state_dir = values["fake_gpu_state_dir"]
+    values.update(
         plugin_dir=plugin_dir,
-        cdi_root=Path(a.cdi_root).absolute(),
-        kubeconfig=a.kubeconfig or None,
-        pod_uid=a.pod_uid or None,
-        healthcheck_port=a.healthcheck_port,
-        healthcheck_address=a.healthcheck_address,
-        publish_slices=a.publish_slices == "true",
-        log_level=a.log_level,
-        boot_id_file=Path(a.boot_id_file),
-        mig=MigStrategy(a.mig),
-        consumable=a.sharing == "consumable",
-        fake_gpu_state_dir=Path(a.fake_gpu_state_dir).absolute() if a.fake_gpu_state_dir else plugin_dir / "fake-gpus",
-        fake_mig_latency=a.fake_mig_latency,
-        gc_interval_s=a.gc_interval,
-        nvidia_bin_dir=Path(a.nvidia_bin_dir),
+        fake_gpu_state_dir=state_dir.absolute() if state_dir else plugin_dir / "fake-gpus",
         driver_root=Path(driver_root) if driver_root else None,
         driver_root_host_path=host_root or "/",
-        device_status=a.device_status == "true",
-        metrics_port=a.metrics_port,
-        metrics_address=a.metrics_address,
-        metrics_auth=metrics_auth,
-        metrics_tenant_labels=a.metrics_tenant_labels == "true",
-        health=a.health,
-        health_evict=a.health_evict == "true",
-        health_check_interval_s=a.health_check_interval,
-        health_hold_s=a.health_hold,
-        health_stream=a.health_stream == "true",
-        usage_interval_s=a.usage_interval,
     )
 
 
-def _add_health_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--usage-interval",
-        type=float,
-        default=float(env("USAGE_INTERVAL", "10") or 10),
-        help="seconds between per-claim GPU utilization samples for /metrics, 0 = off [USAGE_INTERVAL]",
-    )
-    p.add_argument(
-        "--health",
-        default=env("HEALTH", "auto"),
-        choices=["auto", "off"],
-        help="GPU health monitoring: auto (NVML events and checks; the fault file with fake GPUs), off [HEALTH]",
-    )
-    p.add_argument(
-        "--health-evict",
-        default=env("HEALTH_EVICT", "false"),
-        choices=["true", "false"],
-        help="taint GPUs with a fatal cause NoExecute, so pods using them are evicted (else NoSchedule) [HEALTH_EVICT]",
-    )
-    p.add_argument(
-        "--health-check-interval",
-        type=float,
-        default=float(env("HEALTH_CHECK_INTERVAL", "10") or 10),
-        help="seconds between health checks (lost GPU, memory repair pending) [HEALTH_CHECK_INTERVAL]",
-    )
-    p.add_argument(
-        "--health-hold",
-        type=float,
-        default=float(env("HEALTH_HOLD", "600") or 600),
-        help="seconds an application or informational cause (effect None taint) stays without recurring [HEALTH_HOLD]",
-    )
-    p.add_argument(
-        "--health-stream",
-        default=env("HEALTH_STREAM", "true"),
-        choices=["true", "false"],
-        help="serve the kubelet's DRAResourceHealth stream (pod status shows device health) [HEALTH_STREAM]",
-    )
+FLAGS: FlagTable[Settings] = FlagTable(
+    daemon="kubelet plugin",
+    prog="dra-gpu-kubelet-plugin",
+    description="dra-gpu kubelet plugin (DRA driver for GPUs)",
+    settings=Settings,
+    rows=rows(COMMON_FLAGS, PLUGIN_FLAGS, HEALTH_FLAGS, metrics_flags("plugin"), (TENANT_LABELS,)),
+    check=_check,
+    derived=METRICS_DERIVED,
+)
+"""The plugin's flags, in ``--help``'s order."""
+
+
+def parse(argv: list[str] | None = None) -> Settings:
+    """Parse flags (env vars as defaults); exit with a message naming a bad value."""
+    return FLAGS.parse(argv)

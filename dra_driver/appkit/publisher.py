@@ -17,7 +17,9 @@ the pool at all: what was written is deleted, the refusal is logged (``slice_poo
 kept in ``last_error`` and passed once to ``on_refusal`` (the plugin turns it into a Node Event).
 
 ``metrics`` (a ``PublisherMetricsHook``, ``dra_driver.obs.metrics.PublisherMetrics`` in the
-daemons) hears of every write, 409 conflict, dropped field and failed reconcile.
+daemons) hears of every write, 409 conflict, dropped field and failed reconcile. What it writes
+through and reports: ``dra_driver.appkit.slice_api``; which dropped fields refuse the pool:
+``dra_driver.appkit.dropped_fields``.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 
+from dra_driver.appkit.dropped_fields import DROPPED_FIELDS_CAUSE, refusal_for_dropped
+from dra_driver.appkit.slice_api import PublisherMetricsHook, ReconcileResult, SliceApi
 from dra_driver.core.api_errors import ApiError
 from dra_driver.core.pool_sync import PoolPlan, SentRecord, dropped_fields, plan_pool
 from dra_driver.core.schema import DeviceSpec
@@ -40,104 +43,6 @@ log = structlog.get_logger(__name__)
 
 MIN_COUNTERS_MINOR = 35
 """Counter sets in their own slices need Kubernetes 1.35 or newer."""
-
-DROPPED_FIELDS_CAUSE = (
-    "the API server dropped fields it does not serve: the feature gate behind them "
-    "(e.g. DRAPartitionableDevices for consumesCounters/sharedCounters, DRADeviceTaints for taints) "
-    "is probably off, or the server is too old"
-)
-
-REFUSED_WHEN_DROPPED: dict[str, tuple[str, str]] = {
-    # field the server drops -> (the feature gate behind it, what the node's devices would become)
-    "sharedCounters": ("DRAPartitionableDevices", "overlapping MIG placements the scheduler could hand out together"),
-    "consumesCounters": ("DRAPartitionableDevices", "overlapping MIG placements the scheduler could hand out together"),
-    "allowMultipleAllocations": ("DRAConsumableCapacity", "whole GPUs instead of the shares asked for"),
-}
-"""Dropped fields that make the pool unsafe or silently different: the pool is refused, not published."""
-
-
-def _field(path: str) -> str:
-    """The field a dropped path ends in: "consumesCounters" for "spec.devices[3].consumesCounters"."""
-    return path.rsplit(".", 1)[-1].split("[", 1)[0]
-
-
-def _some(paths: list[str], shown: int = 3) -> str:
-    """The first ``shown`` paths, and how many more."""
-    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
-    return ", ".join(paths[:shown]) + more
-
-
-class PublisherMetricsHook(Protocol):
-    """What the publisher reports (``dra_driver.obs.metrics.PublisherMetrics``)."""
-
-    def slice_written(self, action: str) -> None:
-        """One ResourceSlice ``create``, ``update`` or ``delete`` was made."""
-        ...
-
-    def write_conflict(self) -> None:
-        """A write got 409 Conflict."""
-        ...
-
-    def fields_dropped(self, paths: list[str]) -> None:
-        """The server dropped these paths from one write."""
-        ...
-
-    def reconcile_failed(self) -> None:
-        """A reconcile pass raised."""
-        ...
-
-
-class SliceApi(Protocol):
-    """What the publisher needs from the API server (``dra_driver.kube.slices_api.KubeSliceApi``)."""
-
-    def list(self, driver: str, node: str) -> tuple[list[dict[str, Any]], str]:
-        """Return the node's slices of ``driver`` and the list's resourceVersion."""
-        ...
-
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create a slice; returns it as stored."""
-        ...
-
-    def update(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Replace a slice (guarded by ``metadata.resourceVersion``); returns it as stored."""
-        ...
-
-    def delete(self, name: str) -> None:
-        """Delete a slice; a missing one is not an error."""
-        ...
-
-    def watch(self, driver: str, node: str, resource_version: str, timeout_s: float) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Stream ``(type, object)`` events of the node's slices."""
-        ...
-
-    def interrupt_watches(self) -> None:
-        """End blocked watch streams (shutdown)."""
-        ...
-
-    def node_uid(self, node: str) -> str:
-        """Return the Node's UID, for the owner reference."""
-        ...
-
-    def server_minor_version(self) -> int:
-        """Return the API server's minor version."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class ReconcileResult:
-    """What one reconcile pass did."""
-
-    generation: int
-    created: int
-    updated: int
-    deleted: int
-    resource_version: str
-    """resourceVersion of the list the pass started from."""
-
-    @property
-    def writes(self) -> int:
-        """Number of API writes made."""
-        return self.created + self.updated + self.deleted
 
 
 class Backoff:
@@ -417,15 +322,8 @@ class SlicePublisher:
                 self._metrics.fields_dropped(dropped)
             if self._on_dropped is not None:
                 self._on_dropped(dropped)
-            refusing = sorted(f for f in dropped if _field(f) in REFUSED_WHEN_DROPPED)
-            if refusing:
-                gate, effect = REFUSED_WHEN_DROPPED[_field(refusing[0])]
-                self._refuse(
-                    f"not publishing this node's devices: the API server dropped {_some(refusing)} from slice "
-                    f"{name}, so they would be {effect}: the feature gate {gate} is off (beta and on by default "
-                    "from Kubernetes 1.36; before that turn it on in kube-apiserver and kube-scheduler, or change "
-                    "the chart's mig.strategy / sharing.consumable)"
-                )
+            if refusal := refusal_for_dropped(name, dropped):
+                self._refuse(refusal)
 
     # -- the loop ---------------------------------------------------------------------------
 

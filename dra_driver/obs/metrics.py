@@ -330,7 +330,7 @@ def dropped_field(path: str) -> str:
 
 
 class PublisherMetrics:
-    """The ResourceSlice publisher's writes and errors (``dra_driver.appkit.publisher.PublisherMetricsHook``)."""
+    """The ResourceSlice publisher's writes and errors (``dra_driver.appkit.slice_api.PublisherMetricsHook``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         writes = Counter(

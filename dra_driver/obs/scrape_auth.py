@@ -1,6 +1,6 @@
 """Who may read a daemon's /metrics: a bearer token and TLS (optionally with client certificates), as Prometheus scrapes.
 
-The daemons' flags (``dra_driver.appkit.flags.add_metrics_flags``: ``--metrics-token-file``,
+The daemons' flags (``dra_driver.appkit.flags.metrics_flags``: ``--metrics-token-file``,
 ``--metrics-tls-cert-file``, ``--metrics-tls-key-file``, ``--metrics-client-ca-file``) make a
 ``ScrapeAuthConfig``; each daemon's ``main`` turns it into a ``ScrapeGuard`` (``load_or_log``: a
 file that cannot be used is logged as ``metrics_auth_unusable`` naming it, and the daemon exits 2;

@@ -1,0 +1,103 @@
+"""The kubelet plugin's gRPC servers: the DRA socket, the registration socket and the health port, in order.
+
+Called by ``kubelet_plugin.main``: ``start_servers`` serves the DRA socket first, then the
+registration socket (the kubelet may dial as soon as it sees it), then the gRPC health port;
+``PluginServers.stop`` undoes it on SIGTERM: health NOT_SERVING, the registration socket removed first
+(the kubelet deregisters), in-flight calls finished (grace), the DRA socket removed, health last.
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import grpc
+import structlog
+
+from kubelet_plugin.health_stream import SERVICE_NAMES, HealthStreams
+from kubelet_plugin.registration import RegistrationServicer
+from kubelet_plugin.servicer import MetricsSlot, add_dra_services
+from kubelet_plugin.sockets import SocketPaths, secure_socket, unix_server
+from proto.pluginregistration import api_pb2_grpc as reg_grpc
+
+if TYPE_CHECKING:
+    from kubelet_plugin.device_status import DeviceStatusReporter
+    from kubelet_plugin.health import SocketHealthServicer
+    from kubelet_plugin.settings import Settings
+    from kubelet_plugin.state import DeviceState
+
+log = structlog.get_logger(__name__)
+
+SHUTDOWN_GRACE_S = 10.0
+"""Seconds the DRA calls in flight at SIGTERM have to finish."""
+
+
+@dataclass(slots=True)
+class PluginServers:
+    """The plugin's servers, as ``start_servers`` left them."""
+
+    paths: SocketPaths
+    dra: grpc.Server
+    registration: grpc.Server
+    health_servicer: SocketHealthServicer
+    health: grpc.Server | None
+    health_streams: HealthStreams | None = None
+
+    def stop(self) -> None:
+        """Health NOT_SERVING, registration socket gone first, in-flight calls finished, DRA socket gone, health last."""
+        self.health_servicer.enter_graceful_shutdown()
+        self.paths.registration.unlink(missing_ok=True)  # the kubelet's watcher deregisters us
+        self.registration.stop(grace=1.0).wait()
+        if self.health_streams is not None:
+            self.health_streams.stop()  # open streams would hold the grace period below
+        self.dra.stop(grace=SHUTDOWN_GRACE_S).wait()  # refuse new calls, let in-flight ones finish
+        self.paths.dra.unlink(missing_ok=True)
+        if self.health is not None:
+            self.health.stop(grace=1.0).wait()
+
+
+def start_servers(
+    settings: Settings,
+    state: DeviceState,
+    status: DeviceStatusReporter | None,
+    streams: HealthStreams | None = None,
+    metrics: MetricsSlot | None = None,
+) -> PluginServers:
+    """DRA socket first, then registration (the kubelet may dial as soon as it sees it), then health."""
+    paths = SocketPaths.for_plugin(
+        driver=settings.driver_name,
+        registrar_dir=settings.registrar_dir,
+        plugin_dir=settings.plugin_dir,
+        pod_uid=settings.pod_uid,
+    )
+    dra_server = unix_server(paths.dra)
+    add_dra_services(dra_server, state, status, metrics)
+    if streams is not None:
+        streams.add_to_server(dra_server)
+    dra_server.start()
+    secure_socket(paths.dra)
+
+    registration = RegistrationServicer(
+        settings.driver_name, str(paths.dra), extra_services=SERVICE_NAMES if streams is not None else ()
+    )
+    reg_server = unix_server(paths.registration, max_workers=2)
+    reg_grpc.add_RegistrationServicer_to_server(registration, reg_server)
+    reg_server.start()
+    secure_socket(paths.registration)
+    log.info("sockets_listening", registration=str(paths.registration), dra=str(paths.dra))
+
+    # Loaded once the sockets serve: grpc_health (and its protobuf descriptors) is not on the kubelet's path.
+    from grpc_health.v1 import health_pb2_grpc
+
+    from kubelet_plugin.health import SocketHealthServicer
+
+    health_servicer = SocketHealthServicer(paths.registration, paths.dra, registration.registered)
+    health_server: grpc.Server | None = None
+    if settings.healthcheck_port >= 0:
+        health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        port = health_server.add_insecure_port(f"{settings.healthcheck_address}:{settings.healthcheck_port}")
+        health_server.start()
+        log.info("health_listening", port=port)
+    return PluginServers(paths, dra_server, reg_server, health_servicer, health_server, streams)
