@@ -35,26 +35,26 @@ from dra_driver.obs.scrape_auth import load_or_log
 from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
-from kubelet_plugin.device_status import DeviceStatusReporter, StatusWriter
 from kubelet_plugin.driver_userspace import driver_supply
-from kubelet_plugin.health_monitor import HealthMonitor, MonitorConfig
-from kubelet_plugin.health_stream import SERVICE_NAMES, HealthStreams
-from kubelet_plugin.health_taints import TaintedPublication
-from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.pod_notes import PodNotes
+from kubelet_plugin.monitoring.device_status import DeviceStatusReporter, StatusWriter
+from kubelet_plugin.monitoring.health_monitor import HealthMonitor, MonitorConfig
+from kubelet_plugin.monitoring.health_stream import SERVICE_NAMES, HealthStreams
+from kubelet_plugin.monitoring.health_taints import TaintedPublication
+from kubelet_plugin.monitoring.pod_notes import PodNotes
+from kubelet_plugin.prepare.mig_ops import MigOps
+from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.servicer import MetricsSlot, add_dra_services
 from kubelet_plugin.settings import Settings, parse
 from kubelet_plugin.sockets import SocketPaths, secure_socket, unix_server
-from kubelet_plugin.state import DeviceState
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 
 if TYPE_CHECKING:
     from dra_driver.obs.metrics import MetricsServer, PublisherMetrics
     from dra_driver.obs.metrics import Registry as CollectorRegistry
-    from kubelet_plugin.health import SocketHealthServicer
-    from kubelet_plugin.recovery import StartReport
-    from kubelet_plugin.usage import UsageSampler
+    from kubelet_plugin.liveness import SocketHealthServicer
+    from kubelet_plugin.monitoring.usage import UsageSampler
+    from kubelet_plugin.prepare.recovery import StartReport
 
 log = structlog.get_logger(__name__)
 
@@ -160,7 +160,7 @@ def _usage_sampler(settings: Settings, state: DeviceState, publication: Publicat
     if settings.usage_interval_s <= 0 or settings.metrics_port < 0:
         return None
     # Loaded now, after the sockets serve: nothing on the kubelet's path needs the sampler.
-    from kubelet_plugin.usage import UsageSampler, cdi_spec_mtime, make_usage_source
+    from kubelet_plugin.monitoring.usage import UsageSampler, cdi_spec_mtime, make_usage_source
 
     return UsageSampler(
         source=make_usage_source(
@@ -267,7 +267,7 @@ def _start_servers(
     # Loaded once the sockets serve: grpc_health (and its protobuf descriptors) is not on the kubelet's path.
     from grpc_health.v1 import health_pb2_grpc
 
-    from kubelet_plugin.health import SocketHealthServicer
+    from kubelet_plugin.liveness import SocketHealthServicer
 
     health_servicer = SocketHealthServicer(paths.registration, paths.dra, registration.registered)
     health_server: grpc.Server | None = None

@@ -2,7 +2,7 @@
 
 Pure and deterministic, because the kubelet may ask to prepare the same claim many times:
 the same claim, GPUs and config always give the same answer. The kubelet plugin's state
-(``kubelet_plugin.state``) calls ``plan_claim`` and then performs the side effects.
+(``kubelet_plugin.prepare.state``) calls ``plan_claim`` and then performs the side effects.
 """
 
 from __future__ import annotations

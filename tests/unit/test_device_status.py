@@ -32,10 +32,10 @@ from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore
 from dra_driver.sharing_backends.sim import SimulatedSharing
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.device_status import DeviceStatusReporter, StatusWriter
-from kubelet_plugin.requests import ClaimRef, Outcome
+from kubelet_plugin.monitoring.device_status import DeviceStatusReporter, StatusWriter
+from kubelet_plugin.prepare.requests import ClaimRef, Outcome
+from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servicer import DraV1Servicer
-from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from tests.claimdata import DRIVER, allocated_claim, new_uid
 from tests.unit.test_state import Claims
@@ -426,7 +426,7 @@ def test_writes_wait_while_dra_calls_are_in_flight_and_go_out_once_they_quiet_do
 
 
 def test_a_write_waits_at_most_max_defer_under_calls_that_never_stop(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kubelet_plugin import device_status
+    from kubelet_plugin.monitoring import device_status
 
     monkeypatch.setattr(device_status, "MAX_DEFER_S", 0.4)
     w = Writer()

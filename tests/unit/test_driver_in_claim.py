@@ -1,6 +1,6 @@
 """The driver's user space in a claim's CDI spec: the toolkit's spec referenced, or the driver's files mounted, or refused.
 
-In process, with real files in a temp dir (``kubelet_plugin.state`` over ``dra_driver.core.prepare``).
+In process, with real files in a temp dir (``kubelet_plugin.prepare.state`` over ``dra_driver.core.prepare``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.state import DeviceState
+from kubelet_plugin.prepare.mig_ops import MigOps
+from kubelet_plugin.prepare.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim
 from tests.unit.test_state import Claims
 

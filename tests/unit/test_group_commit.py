@@ -19,8 +19,8 @@ import pytest
 
 from dra_driver.core.checkpoint import Checkpoint, ClaimState
 from dra_driver.files.lock import LockTimeout
-from kubelet_plugin.group_commit import GroupCommit
-from kubelet_plugin.state import DeviceState
+from kubelet_plugin.prepare.group_commit import GroupCommit
+from kubelet_plugin.prepare.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim
 from tests.unit.test_state import TIME_SLICED, Claims, cdi_files, make_state
 

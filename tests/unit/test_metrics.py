@@ -46,12 +46,12 @@ from dra_driver.obs.metrics import (
     serve_metrics,
 )
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.recovery import StartReport
-from kubelet_plugin.requests import ClaimRef
+from kubelet_plugin.prepare.mig_ops import MigOps
+from kubelet_plugin.prepare.recovery import StartReport
+from kubelet_plugin.prepare.requests import ClaimRef
+from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servicer import DraV1beta1Servicer, DraV1Servicer, MetricsSlot
 from kubelet_plugin.settings import parse as parse_plugin
-from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1beta1 import api_pb2 as v1beta1
 from tests.claimdata import DRIVER, allocated_claim, new_uid
@@ -395,7 +395,7 @@ def test_the_plugins_real_errors_map_to_their_reasons(tmp_path: Path, monkeypatc
 
 
 def test_the_wrapped_errors_state_py_builds_map_to_their_reasons() -> None:
-    """The wrappers of one claim's side effects and of a whole batch (the formats of kubelet_plugin.state)."""
+    """The wrappers of one claim's side effects and of a whole batch (the formats of kubelet_plugin.prepare.state)."""
     mig = MigError("destroy_gi", MigErrorCode.IN_USE, "GPU instance 3 on GPU-1234")
     cases = {
         f"unpreparing claim default/a: {mig}": "mig",

@@ -13,8 +13,8 @@ from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore
 from dra_driver.sharing_backends.sim import SimulatedSharing
 from dra_driver.sources.fake import FakeGpuSource
+from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servicer import DraV1beta1Servicer, DraV1Servicer
-from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1beta1 import api_pb2 as v1beta1
 from tests.claimdata import DRIVER, allocated_claim, new_uid

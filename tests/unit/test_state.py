@@ -18,8 +18,8 @@ from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore
 from dra_driver.sharing_backends.sim import SimulatedSharing, read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.requests import ClaimRef
-from kubelet_plugin.state import DeviceState
+from kubelet_plugin.prepare.requests import ClaimRef
+from kubelet_plugin.prepare.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim, new_uid
 
 

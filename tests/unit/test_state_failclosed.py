@@ -24,9 +24,9 @@ from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.requests import ClaimRef, Outcome
-from kubelet_plugin.state import DeviceState
+from kubelet_plugin.prepare.mig_ops import MigOps
+from kubelet_plugin.prepare.requests import ClaimRef, Outcome
+from kubelet_plugin.prepare.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim, new_uid
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()

@@ -6,13 +6,13 @@ gets its own outcome: a bad claim is that claim's error string and changes nothi
 is answered; an unexpected exception in one claim rolls back that claim only. Deciding is pure
 (``dra_driver.core.prepare``); the side effects live beside this module, one concern each:
 
-* ``kubelet_plugin.requests``: the request's refs checked and claims read under one deadline,
+* ``kubelet_plugin.prepare.requests``: the request's refs checked and claims read under one deadline,
   before the node-wide lock (``dra_driver.files.lock.NodeLock``) is taken;
-* ``kubelet_plugin.recovery``: the checkpoint loaded for each call and at start-up, rebuilt
+* ``kubelet_plugin.prepare.recovery``: the checkpoint loaded for each call and at start-up, rebuilt
   without destroying anything when it cannot be trusted;
-* ``kubelet_plugin.mig_ops`` and ``kubelet_plugin.sharing_ops``: MIG instances and MIG mode,
+* ``kubelet_plugin.prepare.mig_ops`` and ``kubelet_plugin.prepare.sharing_ops``: MIG instances and MIG mode,
   MPS daemons and time slices;
-* ``kubelet_plugin.gc``: which claims whose ResourceClaim is gone to unprepare.
+* ``kubelet_plugin.prepare.gc``: which claims whose ResourceClaim is gone to unprepare.
 
 Prepare's order survives a kill -9 at any point:
 
@@ -54,13 +54,13 @@ from dra_driver.core.sharing import SharingBackend
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
 from dra_driver.files.lock import LockTimeout, NodeLock
-from kubelet_plugin import gc
-from kubelet_plugin.faults import crash_point
-from kubelet_plugin.group_commit import GroupCommit
-from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.recovery import Recovery, StartReport
-from kubelet_plugin.requests import LOOKUP_BUDGET_S, ClaimLookups, ClaimReader, ClaimRef, Outcome, check_refs
-from kubelet_plugin.sharing_ops import SharingOps
+from kubelet_plugin.prepare import gc
+from kubelet_plugin.prepare.faults import crash_point
+from kubelet_plugin.prepare.group_commit import GroupCommit
+from kubelet_plugin.prepare.mig_ops import MigOps
+from kubelet_plugin.prepare.recovery import Recovery, StartReport
+from kubelet_plugin.prepare.requests import LOOKUP_BUDGET_S, ClaimLookups, ClaimReader, ClaimRef, Outcome, check_refs
+from kubelet_plugin.prepare.sharing_ops import SharingOps
 
 log = structlog.get_logger(__name__)
 
@@ -140,7 +140,7 @@ class DeviceState:
         return self._refusal
 
     def startup(self) -> StartReport:
-        """Load the checkpoint once at start and recover (``kubelet_plugin.recovery``); say what it found.
+        """Load the checkpoint once at start and recover (``kubelet_plugin.prepare.recovery``); say what it found.
 
         Never raises for any checkpoint state (no crash loop): a newer binary's checkpoint puts
         the plugin in refusing mode; an untrusted one is rebuilt without destroying anything.
@@ -317,7 +317,7 @@ class DeviceState:
 
         A claim that carves nothing and shares nothing has one side effect, its CDI spec: a kill
         before its completed entry is saved leaves a spec no claim owns, which the restart removes
-        (``kubelet_plugin.recovery``). Its started entry protects nothing and is not saved, and its
+        (``kubelet_plugin.prepare.recovery``). Its started entry protects nothing and is not saved, and its
         completed entry is saved with the batch (``_prepare_batch``), before any answer.
         """
         recovered = started.recovered
@@ -473,7 +473,7 @@ class DeviceState:
                     call.out.setdefault(ref.uid, f"unpreparing: {err}")
 
     def collect_garbage(self) -> list[str]:
-        """Unprepare claims whose ResourceClaim is gone (``kubelet_plugin.gc`` decides); the UIDs unprepared.
+        """Unprepare claims whose ResourceClaim is gone (``kubelet_plugin.prepare.gc`` decides); the UIDs unprepared.
 
         Lookups happen outside the lock; a failed lookup decides nothing.
         """
