@@ -24,17 +24,14 @@ from dra_driver.core.checkpoint import ClaimEntry, ClaimState, MigRecord, Prepar
 from dra_driver.core.mig import MigStrategy
 from dra_driver.core.mig_publish import DeviceTarget
 from dra_driver.core.usage import DeviceKey, UsageSample, UsageTarget
-from dra_driver.files.cdi_store import CdiStore
-from dra_driver.files.checkpoint_store import CheckpointStore
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
 from dra_driver.sources.fake_usage import FakeUsageSource
 from dra_driver.sources.fake_usage import main as fake_usage
 from kubelet_plugin.monitoring.pod_notes import PodNotes
 from kubelet_plugin.monitoring.usage import UsageSampler, cdi_spec_mtime, prepared_targets
-from kubelet_plugin.prepare.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim
-from tests.unit.test_state import Claims
+from tests.unit.kubelet_plugin.device_states import Claims, new_device_state
 
 GIB = 1 << 30
 
@@ -52,17 +49,7 @@ class Node:
         self.claims = Claims()
         self.mono = [0.0]
         self.pods = PodNotes(clock=lambda: self.mono[0])
-        self.state = DeviceState(
-            driver=DRIVER,
-            node_name="node-a",
-            gpus=FakeGpuSource("h100x8", "node-a").gpus(),
-            claims=self.pods.watching(self.claims),
-            cdi=CdiStore(tmp_path / "cdi", DRIVER),
-            checkpoints=CheckpointStore(tmp_path / "plugin", "boot-1"),
-            lock_path=tmp_path / "serialize.lock",
-            device_nodes=False,
-        )
-        self.state.startup()
+        self.state = new_device_state(tmp_path, self.pods.watching(self.claims))
         clock = (lambda: now[0]) if now is not None else time.time
         self.sampler = UsageSampler(
             source=FakeUsageSource(tmp_path / "fake-gpus"),
