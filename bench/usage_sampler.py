@@ -2,7 +2,7 @@
 
 8 fake H100s, each carved into seven 1g.10gb MIG devices, 56 claims of one device each (the
 most devices an H100 node holds), half of them scripted busy through the fake usage script.
-Times (this thread's CPU) one sampler pass over them (``kubelet_plugin.usage.UsageSampler``),
+Times (this thread's CPU) one sampler pass over them (``kubelet_plugin.monitoring.usage.UsageSampler``),
 with the script unchanged since the previous pass (the steady state) and just rewritten, and one
 scrape of the usage collector (``dra_driver.obs.usage_metrics``, 56 rows). Not a test: it
 asserts nothing about speed. Run with ``python -m bench.usage_sampler`` from the repository root.
@@ -28,8 +28,8 @@ from dra_driver.obs.usage_metrics import register_usage_collector
 from dra_driver.sources.fake import FakeGpuSource
 from dra_driver.sources.fake_usage import FakeUsageSource
 from dra_driver.sources.fake_usage import main as fake_usage
-from kubelet_plugin.pod_notes import PodNotes
-from kubelet_plugin.usage import UsageSampler
+from kubelet_plugin.monitoring.pod_notes import PodNotes
+from kubelet_plugin.monitoring.usage import UsageSampler
 
 PASSES = 200
 

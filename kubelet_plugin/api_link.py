@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from dra_driver.files.checkpoint_store import Notice
-from kubelet_plugin.requests import LOOKUP_BUDGET_S
+from kubelet_plugin.prepare.requests import LOOKUP_BUDGET_S
 
 if TYPE_CHECKING:
     from dra_driver.kube.claims_api import KubeClaimApi

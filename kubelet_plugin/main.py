@@ -34,23 +34,23 @@ from dra_driver.obs.scrape_auth import load_or_log
 from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
-from kubelet_plugin.device_status import DeviceStatusReporter, StatusWriter
 from kubelet_plugin.driver_userspace import driver_supply
-from kubelet_plugin.health_monitor import HealthMonitor, MonitorConfig
-from kubelet_plugin.health_stream import HealthStreams
-from kubelet_plugin.health_taints import TaintedPublication
-from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.pod_notes import PodNotes
+from kubelet_plugin.monitoring.device_status import DeviceStatusReporter, StatusWriter
+from kubelet_plugin.monitoring.health_monitor import HealthMonitor, MonitorConfig
+from kubelet_plugin.monitoring.health_stream import HealthStreams
+from kubelet_plugin.monitoring.health_taints import TaintedPublication
+from kubelet_plugin.monitoring.pod_notes import PodNotes
+from kubelet_plugin.prepare.mig_ops import MigOps
+from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servers import PluginServers, start_servers
 from kubelet_plugin.servicer import MetricsSlot
 from kubelet_plugin.settings import FLAGS, Settings, parse
-from kubelet_plugin.state import DeviceState
 
 if TYPE_CHECKING:
     from dra_driver.obs.metrics import PluginMetrics, PublisherMetrics
     from dra_driver.obs.metrics import Registry as CollectorRegistry
-    from kubelet_plugin.recovery import StartReport
-    from kubelet_plugin.usage import UsageSampler
+    from kubelet_plugin.monitoring.usage import UsageSampler
+    from kubelet_plugin.prepare.recovery import StartReport
 
 log = structlog.get_logger(__name__)
 
@@ -145,7 +145,7 @@ def _usage_sampler(settings: Settings, state: DeviceState, publication: Publicat
     if settings.usage_interval_s <= 0 or settings.metrics_port < 0:
         return None
     # Loaded now, after the sockets serve: nothing on the kubelet's path needs the sampler.
-    from kubelet_plugin.usage import UsageSampler, cdi_spec_mtime, make_usage_source
+    from kubelet_plugin.monitoring.usage import UsageSampler, cdi_spec_mtime, make_usage_source
 
     return UsageSampler(
         source=make_usage_source(

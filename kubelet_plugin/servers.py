@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING
 import grpc
 import structlog
 
-from kubelet_plugin.health_stream import SERVICE_NAMES, HealthStreams
+from kubelet_plugin.monitoring.health_stream import SERVICE_NAMES, HealthStreams
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.servicer import MetricsSlot, add_dra_services
 from kubelet_plugin.sockets import SocketPaths, secure_socket, unix_server
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 
 if TYPE_CHECKING:
-    from kubelet_plugin.device_status import DeviceStatusReporter
-    from kubelet_plugin.health import SocketHealthServicer
+    from kubelet_plugin.liveness import SocketHealthServicer
+    from kubelet_plugin.monitoring.device_status import DeviceStatusReporter
+    from kubelet_plugin.prepare.state import DeviceState
     from kubelet_plugin.settings import Settings
-    from kubelet_plugin.state import DeviceState
 
 log = structlog.get_logger(__name__)
 
@@ -90,7 +90,7 @@ def start_servers(
     # Loaded once the sockets serve: grpc_health (and its protobuf descriptors) is not on the kubelet's path.
     from grpc_health.v1 import health_pb2_grpc
 
-    from kubelet_plugin.health import SocketHealthServicer
+    from kubelet_plugin.liveness import SocketHealthServicer
 
     health_servicer = SocketHealthServicer(paths.registration, paths.dra, registration.registered)
     health_server: grpc.Server | None = None

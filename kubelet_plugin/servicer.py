@@ -1,10 +1,10 @@
 """The DRA gRPC services (v1 and v1beta1) that the kubelet calls on the DRA socket.
 
-Translates protobuf messages to ``kubelet_plugin.state`` calls and back, typed with the
+Translates protobuf messages to ``kubelet_plugin.prepare.state`` calls and back, typed with the
 generated stubs of each version. Both versions share one implementation; v1beta1 has no
 ``share_id``. A servicer never raises: an unexpected failure becomes each claim's error, so the
 kubelet always gets an entry per claim. Claims prepared or unprepared are then handed to the
-device status reporter (``kubelet_plugin.device_status``), which only queues them: the answer
+device status reporter (``kubelet_plugin.monitoring.device_status``), which only queues them: the answer
 never waits for a status write, and the reporter hears when calls start and end, so that its
 writes wait for the calls to quiet down.
 
@@ -25,9 +25,9 @@ from typing import Protocol
 import grpc
 import structlog
 
-from kubelet_plugin.device_status import DeviceStatusReporter
-from kubelet_plugin.requests import ClaimRef, Outcome
-from kubelet_plugin.state import DeviceState
+from kubelet_plugin.monitoring.device_status import DeviceStatusReporter
+from kubelet_plugin.prepare.requests import ClaimRef, Outcome
+from kubelet_plugin.prepare.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1 import api_pb2_grpc as v1_grpc
 from proto.dra.v1beta1 import api_pb2 as v1beta1

@@ -89,7 +89,7 @@ class SlicePublisher:
         """``on_refusal`` is called once with the message when the pool is refused (see the module docstring).
 
         ``on_dropped`` hears the paths of every write the server dropped fields from (the plugin
-        withholds unhealthy GPUs when their ``taints`` are dropped: ``kubelet_plugin.health_taints``).
+        withholds unhealthy GPUs when their ``taints`` are dropped: ``kubelet_plugin.monitoring.health_taints``).
         """
         self._api = api
         self._metrics = metrics

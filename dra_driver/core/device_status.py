@@ -1,6 +1,6 @@
 """What the plugin reports in a ResourceClaim's ``status.devices`` (KEP-4817) after a prepare. Pure.
 
-``kubelet_plugin.device_status`` calls ``device_statuses`` with a prepared claim's devices (the
+``kubelet_plugin.monitoring.device_status`` calls ``device_statuses`` with a prepared claim's devices (the
 kubelet's answer) and its CDI spec, then writes ``apply_configuration``'s body with server-side
 apply (``dra_driver.kube.claim_status_api``); at unprepare it applies ``apply_configuration``
 with no entries, which removes exactly the entries this driver's field manager owns.

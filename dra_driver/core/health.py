@@ -2,7 +2,7 @@
 
 The health sources (``dra_driver.sources.nvml_health`` on GPU nodes, ``dra_driver.sources.fake_health``
 with fake GPUs) turn NVML's events and periodic checks into ``HealthEvent`` and ``GpuCheck``; the
-plugin's monitor (``kubelet_plugin.health_monitor``) folds them into a ``HealthBook`` with the
+plugin's monitor (``kubelet_plugin.monitoring.health_monitor``) folds them into a ``HealthBook`` with the
 functions here, persists it (``to_json``/``from_json``), publishes ``tainted_devices`` and streams
 ``device_health`` to the kubelet. MIG devices and shares inherit their GPU's conditions: every
 published device names its GPU (``DeviceTarget.gpu``). What each event kind means (its taint

@@ -2,7 +2,7 @@
 
 Pure and deterministic, because the kubelet may ask to prepare the same claim many times:
 the same claim, GPUs and config always give the same answer. The kubelet plugin's state
-(``kubelet_plugin.state``) calls ``plan_claim`` and then performs the side effects.
+(``kubelet_plugin.prepare.claim_steps``) calls ``plan_claim`` and then performs the side effects.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from dra_driver.core.config import (
     GpuConfig,
     SharingStrategy,
     parse_byte_quantity,
-    resolve_configs,
 )
 from dra_driver.core.driver_files import DriverFiles
 from dra_driver.core.mig_publish import DeviceTarget
@@ -191,6 +190,7 @@ def plan_claim(
     *,
     driver: str,
     claim: ClaimAllocation,
+    configs: Mapping[str, DeviceConfig],
     devices: Mapping[str, ResolvedDevice],
     device_nodes: bool,
     device_node_host: str = "",
@@ -203,6 +203,8 @@ def plan_claim(
 ) -> ClaimPlan:
     """Plan one claim's preparation, or raise ClaimError / ConfigError with a clear message.
 
+    ``configs`` is the claim's config per device name, resolved once per prepare by the caller
+    (``resolve_configs`` with the claim's MIG devices) and reused for every plan of that prepare.
     ``devices`` maps the claim's device names to what they resolve to (for dynamic MIG, after
     carving; before it, with ``mig`` None, to check the claim without side effects).
     ``device_nodes`` adds ``/dev/nvidia*`` nodes; ``device_node_host`` backs each of them with
@@ -218,8 +220,6 @@ def plan_claim(
     same memory slices): the driver is the last line of defence. ``node_targets`` (every
     device the node publishes) is how other claims' device names are told apart.
     """
-    mig_names = frozenset(name for name, d in devices.items() if d.target.is_mig)
-    configs = resolve_configs(driver, claim.results, claim.config, mig_devices=mig_names)
     # Who holds what is read only for a device this claim wants exclusively: a node's many shared
     # and admin-access claims never scan every other claim (or copy the node's targets) per plan.
     exclusive: tuple[dict[str, str], dict[str, DeviceTarget]] | None = None

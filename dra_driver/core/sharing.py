@@ -1,7 +1,7 @@
 """GPU sharing as data: the time slices and MPS control daemons a claim needs, and who may undo them. Pure.
 
 ``dra_driver.core.prepare`` derives them from a claim's configs and consumed capacity; the
-kubelet plugin (``kubelet_plugin.sharing_ops``) applies them through a ``SharingBackend``
+kubelet plugin (``kubelet_plugin.prepare.sharing_ops``) applies them through a ``SharingBackend``
 (``nvidia-smi`` and ``nvidia-cuda-mps-control`` on real GPUs, the simulator's records on fake
 ones) and records them in the checkpoint so unprepare can undo exactly what prepare did.
 

@@ -2,7 +2,7 @@
 
 Written by the usage sources (``dra_driver.sources.fake_usage`` on fake GPUs,
 ``dra_driver.sources.nvml_usage`` on real ones); read by the kubelet plugin's usage sampler
-(``kubelet_plugin.usage``), which keeps an ``IdleTracker`` across its passes and hands rows to the
+(``kubelet_plugin.monitoring.usage``), which keeps an ``IdleTracker`` across its passes and hands rows to the
 metrics collector (``dra_driver.obs.usage_metrics``). No clocks are read here: every time is
 passed in (seconds since the epoch), so the same samples always give the same verdicts.
 

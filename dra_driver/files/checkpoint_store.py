@@ -6,7 +6,7 @@ edited, a directory, a permission error) is moved aside (never silently reset) a
 previous generation is used, and the caller is told so it can log it and raise a Kubernetes
 Event. A load says whether its result can be trusted: only the newest generation (or a node
 with no checkpoint at all) is; a previous generation is one write behind, so the caller must
-not destroy anything on its word alone (see ``kubelet_plugin.recovery``). A checkpoint written by
+not destroy anything on its word alone (see ``kubelet_plugin.prepare.recovery``). A checkpoint written by
 a newer dra-gpu raises ``CheckpointTooNew``: nothing is moved or reset. A boot id change drops
 claims: their CDI files lived on tmpfs. A load of a file this process wrote or read, and nothing
 has changed since (same inode, size and times), returns what it knows without reading it again.

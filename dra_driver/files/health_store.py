@@ -1,6 +1,6 @@
 """``health.json`` in the plugin's data directory: the GPUs' health conditions across plugin restarts.
 
-Written by the plugin's health monitor (``kubelet_plugin.health_monitor``) after every change,
+Written by the plugin's health monitor (``kubelet_plugin.monitoring.health_monitor``) after every change,
 atomically; read once at start-up. A fatal XID seen before a restart keeps its GPU tainted after
 it: only a reset, a repair or a reboot clears it (NVIDIA's driver forgets its taints on restart).
 

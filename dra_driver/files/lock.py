@@ -45,7 +45,7 @@ def file_lock(path: Path, timeout_s: float = 10.0) -> Iterator[None]:
 class NodeLock:
     """The node-wide prepare lock: an in-process mutex and the cross-process flock, taken together.
 
-    The kubelet plugin's state (``kubelet_plugin.state``) holds it around every checkpoint
+    The kubelet plugin's state (``kubelet_plugin.prepare.state``) holds it around every checkpoint
     read-modify-write; the mutex orders the plugin's own threads, the flock a second plugin pod.
     """
 

@@ -1,6 +1,6 @@
 """ResourceClaim ``status.devices`` writes for the kubelet plugin, by server-side apply (``dra_driver.kube.rest``).
 
-``kubelet_plugin.device_status`` calls ``apply_status`` with a body built by
+``kubelet_plugin.monitoring.device_status`` calls ``apply_status`` with a body built by
 ``dra_driver.core.device_status.apply_configuration``: one PATCH of
 ``/apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaims/<name>/status`` with content type
 ``application/apply-patch+yaml``, field manager = the driver name, ``force=true``. Server-side

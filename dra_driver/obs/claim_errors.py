@@ -2,7 +2,7 @@
 
 Called by ``dra_driver.obs.metrics.PluginMetrics`` for each claim a DRA call failed (the servicer
 passes the answers' error strings; nothing is classified on success). The messages are the
-kubelet plugin's (``kubelet_plugin.state``, ``kubelet_plugin.requests``), which wrap the core's
+kubelet plugin's (``kubelet_plugin.prepare.state``, ``kubelet_plugin.prepare.requests``), which wrap the core's
 ``ClaimError``, ``ConfigError`` and ``MigError`` and the file helpers' errors; the unit tests
 pin every reason to messages the real code produces, so a reworded message that would fall to
 ``other`` fails a test. No I/O and no prometheus_client: the servicer may import it cheaply.
@@ -46,7 +46,7 @@ CLAIM_ERROR_REASONS = (
 * ``other``: none of the above."""
 
 _WRAPPERS = re.compile(r"^(?:preparing claim |unpreparing claim |rolling back an earlier attempt of claim )\S+?: ")
-"""What ``kubelet_plugin.state`` puts before the error of one claim's side effects."""
+"""What ``kubelet_plugin.prepare.state`` puts before the error of one claim's side effects."""
 _BATCH = re.compile(r"^(?:preparing|unpreparing): ")
 """What it puts before an error of a whole call's batch (the lock, the checkpoint's load or save)."""
 _MIG_CODE = re.compile(

@@ -72,7 +72,7 @@ ADMISSION_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 
 CHECKPOINT_RECOVERY_KINDS: Final[Mapping[str, str]] = {
     # the reason of a notice the plugin's start-up load told (dra_driver.files.checkpoint_store,
-    # kubelet_plugin.recovery, kubelet_plugin.state) -> the kind counted
+    # kubelet_plugin.prepare.recovery, kubelet_plugin.prepare.state) -> the kind counted
     "CheckpointRecovered": "previous_generation",
     "CheckpointLost": "unreadable",
     "CheckpointMissing": "missing",

@@ -1,7 +1,7 @@
 """Per-claim GPU usage as Prometheus metrics: a collector over the usage sampler's latest snapshot.
 
 Registered by ``kubelet_plugin.main`` on the plugin's registry (``dra_driver.obs.metrics``) with
-``register_usage_collector``; the rows come from ``kubelet_plugin.usage.UsageSampler.snapshot``.
+``register_usage_collector``; the rows come from ``kubelet_plugin.monitoring.usage.UsageSampler.snapshot``.
 Everything is computed at scrape time from that immutable snapshot: no metric object per sample,
 no lock, no I/O, and a device no longer prepared is simply absent from the next scrape.
 

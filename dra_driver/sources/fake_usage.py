@@ -16,7 +16,7 @@ NVML on a MIG device). A device's own entry wins over its claim's. A device with
 **idle** (utilization 0, no memory used), so an untouched claim in the demo is flagged idle.
 A script that cannot be read or decoded makes every device unknown (logged once), never idle.
 
-Read by the kubelet plugin's usage sampler (``kubelet_plugin.usage``) on every pass (the file is
+Read by the kubelet plugin's usage sampler (``kubelet_plugin.monitoring.usage``) on every pass (the file is
 decoded again only when it changes); written by tests and the demo with the command below
 (under an flock, atomically, like the MIG and sharing simulators' state)::
 

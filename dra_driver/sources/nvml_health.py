@@ -1,7 +1,7 @@
 """The NVML health source: every NVML event type a GPU offers, and periodic checks (lost, memory repair, recovery action).
 
 ``NvmlHealthSource`` satisfies ``dra_driver.core.health.HealthSource`` on real GPU nodes. The plugin's
-health monitor (``kubelet_plugin.health_monitor``) gets it through ``dra_driver.sources.select`` or
+health monitor (``kubelet_plugin.monitoring.health_monitor``) gets it through ``dra_driver.sources.select`` or
 the plugin's wiring, calls ``events()`` in a loop and ``check()`` periodically, and folds what they
 return into its ``HealthBook``.
 

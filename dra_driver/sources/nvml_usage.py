@@ -1,7 +1,7 @@
 """Usage of real GPUs through NVML, strictly read-only: utilization and memory per prepared device.
 
 Implements ``dra_driver.core.usage.UsageSource`` on GPU nodes; the kubelet plugin's usage sampler
-(``kubelet_plugin.usage``) calls ``sample`` every pass (10 s) from its own thread. With the other
+(``kubelet_plugin.monitoring.usage``) calls ``sample`` every pass (10 s) from its own thread. With the other
 ``dra_driver.sources.nvml*`` modules and ``dra_driver.mig_backends.nvml`` it may import ``pynvml``
 (import-linter enforces it). Every call is a query: nothing is ever set.
 

@@ -22,16 +22,14 @@ import grpc
 
 from dra_driver.core.config import API_VERSION
 from dra_driver.files.cdi_store import CdiStore
-from dra_driver.files.checkpoint_store import CheckpointStore
-from dra_driver.sharing_backends.sim import SimulatedSharing
-from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.requests import ClaimRef
+from kubelet_plugin.prepare.requests import ClaimRef
+from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servicer import DraV1Servicer, add_dra_services
 from kubelet_plugin.sockets import unix_server
-from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from tests.claimdata import DRIVER, allocated_claim, new_uid
 from tests.fuzz import harness
+from tests.unit.kubelet_plugin.device_states import new_device_state
 
 
 def gpu_config(sharing: dict[str, Any]) -> list[dict[str, Any]]:
@@ -78,19 +76,7 @@ class Claims:
 
 
 def make_state(root: Path, claims: Claims) -> DeviceState:
-    state = DeviceState(
-        driver=DRIVER,
-        node_name="node-a",
-        gpus=FakeGpuSource("h100x8", "node-a").gpus(),
-        sharing=SimulatedSharing(root / "fake-gpus", root / "mps"),
-        claims=claims,
-        cdi=CdiStore(root / "cdi", DRIVER),
-        checkpoints=CheckpointStore(root / "plugin", "boot-1"),
-        lock_path=root / "serialize.lock",
-        device_nodes=False,
-    )
-    state.startup()
-    return state
+    return new_device_state(root, claims, sharing=True)
 
 
 def test_hostile_claims_get_their_own_answer_and_never_disturb_a_good_one(state_dir: Path) -> None:

@@ -26,7 +26,7 @@ from dra_driver.mig_backends.sim import load_instances, load_modes
 from dra_driver.sources.fake import FakeGpuSource
 from e2e.cluster import LocalCluster
 from e2e.plugin_process import ROOT, PluginProcess
-from kubelet_plugin.faults import PREPARE_POINTS, UNPREPARE_POINTS
+from kubelet_plugin.prepare.faults import PREPARE_POINTS, UNPREPARE_POINTS
 from tests.claimdata import DRIVER
 from tests.integration.claims import create_allocated_claim
 

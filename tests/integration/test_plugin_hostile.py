@@ -22,7 +22,7 @@ import pytest
 
 from e2e.cluster import LocalCluster
 from e2e.plugin_process import PluginProcess
-from kubelet_plugin.requests import LOOKUP_BUDGET_S
+from kubelet_plugin.prepare.requests import LOOKUP_BUDGET_S
 from tests.integration.claims import create_allocated_claim
 
 

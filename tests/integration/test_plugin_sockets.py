@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from e2e.cluster import LocalCluster
 from e2e.plugin_process import PluginProcess
-from kubelet_plugin.faults import POINTS
+from kubelet_plugin.prepare.faults import POINTS
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1beta1 import api_pb2 as v1beta1
 from tests.claimdata import DRIVER

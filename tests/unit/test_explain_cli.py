@@ -191,7 +191,7 @@ def test_a_slice_with_more_devices_than_the_api_allows_is_refused(
 def test_a_gpu_tainted_by_health_is_skipped_with_the_taint_as_the_reason(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """What the plugin publishes for a GPU with a fatal XID (``kubelet_plugin.health_taints``) explains itself."""
+    """What the plugin publishes for a GPU with a fatal XID (``kubelet_plugin.monitoring.health_taints``) explains itself."""
     from dra_driver.appkit.inventory import node_publication
     from dra_driver.core.health import HealthBook, HealthEvent, TaintPolicy, record_event, tainted_devices
     from dra_driver.core.mig import MigStrategy

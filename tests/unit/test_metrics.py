@@ -46,18 +46,18 @@ from dra_driver.obs.metrics import (
     serve_metrics,
 )
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.recovery import StartReport
-from kubelet_plugin.requests import ClaimRef
+from kubelet_plugin.prepare.mig_ops import MigOps
+from kubelet_plugin.prepare.recovery import StartReport
+from kubelet_plugin.prepare.requests import ClaimRef
 from kubelet_plugin.servicer import DraV1beta1Servicer, DraV1Servicer, MetricsSlot
 from kubelet_plugin.settings import parse as parse_plugin
-from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1beta1 import api_pb2 as v1beta1
 from tests.claimdata import DRIVER, allocated_claim, new_uid
-from tests.unit.test_state import Claims, make_state
-from tests.unit.test_state_failclosed import GPUS, Node, mig_claim, prepared_pair
-from tests.unit.test_state_failclosed import Claims as MigClaims
+from tests.unit.kubelet_plugin.device_states import Claims, new_device_state
+from tests.unit.kubelet_plugin.prepare.test_state import make_state
+from tests.unit.kubelet_plugin.prepare.test_state_failclosed import GPUS, Node, mig_claim, prepared_pair
+from tests.unit.kubelet_plugin.prepare.test_state_failclosed import Claims as MigClaims
 from tests.unit.test_webhook import GOOD, MAGIC, body, claim_obj, request
 from tests.webhookcerts import make_certs
 from webhook.admission import VALIDATE_PATH
@@ -238,18 +238,8 @@ def test_checkpoint_recoveries_count_the_start_up_reports_kinds() -> None:
 def start_report(node: Node) -> StartReport:
     """A plugin (re)start on ``node``'s files, as ``Node.start`` makes it, and what its start-up found."""
     backend = make_mig_backend(fake=True, gpus=GPUS, state_dir=node.root / "sim", boot_id="boot-1")
-    state = DeviceState(
-        driver=DRIVER,
-        node_name="node-a",
-        publication=node_publication(GPUS, MigStrategy.DYNAMIC, backend),
-        mig=MigOps(backend, GPUS),
-        claims=node.claims,
-        cdi=CdiStore(node.root / "cdi", DRIVER),
-        checkpoints=CheckpointStore(node.root / "plugin", "boot-1"),
-        lock_path=node.root / "serialize.lock",
-        device_nodes=False,
-    )
-    return state.startup()
+    publication = node_publication(GPUS, MigStrategy.DYNAMIC, backend)
+    return new_device_state(node.root, node.claims, publication=publication, mig=MigOps(backend, GPUS), start=False).startup()
 
 
 def test_the_plugins_start_up_says_what_it_found_in_the_checkpoint(tmp_path: Path) -> None:
@@ -327,20 +317,9 @@ def real_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, st
     carve = mig_claim(node.claims, "gpu-0-mig-1g10gb-5")
     out["mig-placement-taken"] = mig_state.prepare([carve])[carve.uid].error
 
-    slow = DeviceState(
-        driver=DRIVER,
-        node_name="node-a",
-        gpus=FakeGpuSource("h100x8", "node-a").gpus(),
-        claims=claims,
-        cdi=CdiStore(tmp_path / "c" / "cdi", DRIVER),
-        checkpoints=CheckpointStore(tmp_path / "c" / "plugin", "boot-1"),
-        lock_path=tmp_path / "c-serialize.lock",
-        device_nodes=False,
-        lock_timeout_s=0.1,
-    )
-    slow.startup()
+    slow = new_device_state(tmp_path / "c", claims, lock_timeout_s=0.1)
     waits = claims.add(allocated_claim(name="waits", devices=["gpu-4"]))
-    with file_lock(tmp_path / "c-serialize.lock"):  # another plugin pod holds the node's lock
+    with file_lock(tmp_path / "c" / "serialize.lock"):  # another plugin pod holds the node's lock
         out["lock-held"] = slow.prepare([waits])[waits.uid].error
 
     full = claims.add(allocated_claim(name="disk-full", devices=["gpu-5"]))
@@ -395,7 +374,7 @@ def test_the_plugins_real_errors_map_to_their_reasons(tmp_path: Path, monkeypatc
 
 
 def test_the_wrapped_errors_state_py_builds_map_to_their_reasons() -> None:
-    """The wrappers of one claim's side effects and of a whole batch (the formats of kubelet_plugin.state)."""
+    """The wrappers of one claim's side effects and of a whole batch (the formats of kubelet_plugin.prepare.state)."""
     mig = MigError("destroy_gi", MigErrorCode.IN_USE, "GPU instance 3 on GPU-1234")
     cases = {
         f"unpreparing claim default/a: {mig}": "mig",

@@ -1,6 +1,6 @@
 """Garbage collection of prepared claims whose ResourceClaim is gone: who is gone, and who goes now.
 
-Called by ``kubelet_plugin.state.DeviceState.collect_garbage`` (a periodic pass, ``--gc-interval``):
+Called by ``kubelet_plugin.prepare.state.DeviceState.collect_garbage`` (a periodic pass, ``--gc-interval``):
 ``gone_claims`` asks the API server outside the node-wide lock, ``due`` decides under it which
 claims to unprepare in this pass; the state does the unprepare.
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import structlog
 
 from dra_driver.core.checkpoint import Checkpoint, ClaimEntry, ClaimState
-from kubelet_plugin.requests import ClaimReader
+from kubelet_plugin.prepare.requests import ClaimReader
 
 log = structlog.get_logger(__name__)
 

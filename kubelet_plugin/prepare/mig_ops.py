@@ -1,8 +1,8 @@
 """MIG side effects of prepare and unprepare: carve, find, destroy, and MIG mode on and off.
 
-Called by ``kubelet_plugin.state`` with its lock held; the decisions (which placement, who
+Called by ``kubelet_plugin.prepare.state`` with its lock held; the decisions (which placement, who
 owns what) come from the checkpoint and ``dra_driver.core``. Every side effect is followed by
-a named fault-injection point (``kubelet_plugin.faults``), so the crash tests can kill the
+a named fault-injection point (``kubelet_plugin.prepare.faults``), so the crash tests can kill the
 process right after it and prove the next start recovers: no leaked instance, no placement
 given twice.
 """
@@ -18,7 +18,7 @@ from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigError, MigErrorCode, MigInstance, can_toggle_mig_mode
 from dra_driver.core.mig_publish import DeviceTarget
 from dra_driver.core.prepare import ResolvedDevice, carves
-from kubelet_plugin.faults import crash_point
+from kubelet_plugin.prepare.faults import crash_point
 
 log = structlog.get_logger(__name__)
 

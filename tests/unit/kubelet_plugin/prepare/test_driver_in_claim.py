@@ -1,6 +1,6 @@
 """The driver's user space in a claim's CDI spec: the toolkit's spec referenced, or the driver's files mounted, or refused.
 
-In process, with real files in a temp dir (``kubelet_plugin.state`` over ``dra_driver.core.prepare``).
+In process, with real files in a temp dir (``kubelet_plugin.prepare.state`` over ``dra_driver.core.prepare``).
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ from dra_driver.core.cdi import FAKE_DEVICE_NODE_HOST, Mount
 from dra_driver.core.driver_files import DriverFiles
 from dra_driver.core.mig import MigStrategy
 from dra_driver.core.prepare import carves
-from dra_driver.files.cdi_store import CdiStore
-from dra_driver.files.checkpoint_store import CheckpointStore
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.state import DeviceState
+from kubelet_plugin.prepare.mig_ops import MigOps
+from kubelet_plugin.prepare.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim
-from tests.unit.test_state import Claims
+from tests.unit.kubelet_plugin.device_states import Claims, new_device_state
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()
 DRIVER_FILES = DriverFiles(
@@ -49,23 +47,17 @@ def make_state(
     mig: bool = False,
 ) -> DeviceState:
     backend = make_mig_backend(fake=True, gpus=GPUS, state_dir=tmp_path / "sim", boot_id="boot-1") if mig else None
-    state = DeviceState(
-        driver=DRIVER,
-        node_name="node-a",
+    return new_device_state(
+        tmp_path,
+        claims,
         publication=node_publication(GPUS, MigStrategy.DYNAMIC if mig else MigStrategy.NONE, backend),
         mig=MigOps(backend, GPUS) if backend is not None else None,
-        claims=claims,
-        cdi=CdiStore(tmp_path / "cdi", DRIVER),
-        checkpoints=CheckpointStore(tmp_path / "plugin", "boot-1"),
-        lock_path=tmp_path / "serialize.lock",
         device_nodes=True,
         device_node_host=FAKE_DEVICE_NODE_HOST,
         toolkit_devices=toolkit,
         driver_files=files,
         driver_missing=missing,
     )
-    state.startup()
-    return state
 
 
 def spec_of(tmp_path: Path, uid: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The plugin's usage sampler (kubelet_plugin.usage) over a real DeviceState on fake GPUs and the scripted fake usage.
+"""The plugin's usage sampler (kubelet_plugin.monitoring.usage) over a real DeviceState on fake GPUs and the scripted fake usage.
 
 What it checks: rows name the claim, its devices and GPUs and its pods (from the claims the plugin
 read at prepare); the idle clock starts at the claim's CDI spec time; a scripted busy claim is not
@@ -24,17 +24,14 @@ from dra_driver.core.checkpoint import ClaimEntry, ClaimState, MigRecord, Prepar
 from dra_driver.core.mig import MigStrategy
 from dra_driver.core.mig_publish import DeviceTarget
 from dra_driver.core.usage import DeviceKey, UsageSample, UsageTarget
-from dra_driver.files.cdi_store import CdiStore
-from dra_driver.files.checkpoint_store import CheckpointStore
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
 from dra_driver.sources.fake_usage import FakeUsageSource
 from dra_driver.sources.fake_usage import main as fake_usage
-from kubelet_plugin.pod_notes import PodNotes
-from kubelet_plugin.state import DeviceState
-from kubelet_plugin.usage import UsageSampler, cdi_spec_mtime, prepared_targets
+from kubelet_plugin.monitoring.pod_notes import PodNotes
+from kubelet_plugin.monitoring.usage import UsageSampler, cdi_spec_mtime, prepared_targets
 from tests.claimdata import DRIVER, allocated_claim
-from tests.unit.test_state import Claims
+from tests.unit.kubelet_plugin.device_states import Claims, new_device_state
 
 GIB = 1 << 30
 
@@ -52,17 +49,7 @@ class Node:
         self.claims = Claims()
         self.mono = [0.0]
         self.pods = PodNotes(clock=lambda: self.mono[0])
-        self.state = DeviceState(
-            driver=DRIVER,
-            node_name="node-a",
-            gpus=FakeGpuSource("h100x8", "node-a").gpus(),
-            claims=self.pods.watching(self.claims),
-            cdi=CdiStore(tmp_path / "cdi", DRIVER),
-            checkpoints=CheckpointStore(tmp_path / "plugin", "boot-1"),
-            lock_path=tmp_path / "serialize.lock",
-            device_nodes=False,
-        )
-        self.state.startup()
+        self.state = new_device_state(tmp_path, self.pods.watching(self.claims))
         clock = (lambda: now[0]) if now is not None else time.time
         self.sampler = UsageSampler(
             source=FakeUsageSource(tmp_path / "fake-gpus"),
@@ -141,7 +128,7 @@ def test_unprepared_claims_leave_the_rows_and_their_pods_are_forgotten(tmp_path:
     uid = node.prepare(obj)
     assert len(node.sampler.sample_once().rows) == 1
     m = obj["metadata"]
-    from kubelet_plugin.requests import ClaimRef
+    from kubelet_plugin.prepare.requests import ClaimRef
 
     assert node.state.unprepare([ClaimRef(m["namespace"], uid, m["name"])]) == {uid: ""}
     assert node.sampler.sample_once().rows == ()
@@ -317,7 +304,7 @@ def test_pods_follow_the_claims_the_garbage_collection_pass_reads(tmp_path: Path
 
 
 def test_fake_gpus_get_the_scripted_source_in_the_state_dir(tmp_path: Path) -> None:
-    from kubelet_plugin.usage import make_usage_source
+    from kubelet_plugin.monitoring.usage import make_usage_source
 
     src = make_usage_source(fake=True, state_dir=tmp_path)
     assert src.describe() == f"fake-usage:{tmp_path / 'usage-script.json'}"

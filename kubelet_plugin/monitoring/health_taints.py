@@ -1,6 +1,6 @@
 """Health to scheduling: the node's devices as published, with their GPU's health taints.
 
-Between the health monitor (``kubelet_plugin.health_monitor``, which calls ``on_change``) and the
+Between the health monitor (``kubelet_plugin.monitoring.health_monitor``, which calls ``on_change``) and the
 slice publisher (``dra_driver.appkit.publisher``, attached once the API client is loaded). What a
 server accepts decides the taints (``dra_driver.core.health.TaintPolicy``):
 

@@ -1,6 +1,6 @@
 """The checkpoint as each call and each start-up sees it: loaded, recovered, rebuilt when lost.
 
-Called by ``kubelet_plugin.state`` with the node-wide lock held: ``at_start`` once when the
+Called by ``kubelet_plugin.prepare.state`` with the node-wide lock held: ``at_start`` once when the
 plugin starts, ``load`` at the start of every call. Reads go through
 ``dra_driver.files.checkpoint_store``; what it reports (a corrupt generation moved aside, a
 deleted one, claims a reboot dropped) becomes a log line and a Node Event.
@@ -33,8 +33,8 @@ from dra_driver.core.mig_publish import DeviceTarget
 from dra_driver.core.prepare import spec_device_uuids
 from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore, Notice
-from kubelet_plugin.mig_ops import MigOps, owned
-from kubelet_plugin.sharing_ops import SharingOps
+from kubelet_plugin.prepare.mig_ops import MigOps, owned
+from kubelet_plugin.prepare.sharing_ops import SharingOps
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """Reports prepared devices in their ResourceClaim's ``status.devices`` (KEP-4817), best effort, off the prepare path.
 
 The DRA servicers (``kubelet_plugin.servicer``) hand every claim prepared (``prepared``) or
-unprepared (``unprepared``) to ``DeviceStatusReporter`` after ``kubelet_plugin.state`` answered
+unprepared (``unprepared``) to ``DeviceStatusReporter`` after ``kubelet_plugin.prepare.state`` answered
 it, so after its checkpoint was saved; the kubelet's answer never waits for the API server.
 One worker thread writes, in order:
 
@@ -43,7 +43,7 @@ import structlog
 
 from dra_driver.core.api_errors import ApiError
 from dra_driver.core.device_status import DeviceStatus, DeviceStatusError, apply_configuration, device_statuses, entries_of
-from kubelet_plugin.requests import ClaimRef, Outcome
+from kubelet_plugin.prepare.requests import ClaimRef, Outcome
 
 log = structlog.get_logger(__name__)
 

@@ -14,49 +14,19 @@ from dra_driver.core.cdi import FAKE_DEVICE_NODE_HOST, validate_spec
 from dra_driver.core.checkpoint import ClaimEntry, ClaimState
 from dra_driver.core.config import API_VERSION
 from dra_driver.core.mig import MigStrategy
-from dra_driver.files.cdi_store import CdiStore
 from dra_driver.files.checkpoint_store import CheckpointStore
 from dra_driver.sharing_backends.sim import SimulatedSharing, read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.requests import ClaimRef
-from kubelet_plugin.state import DeviceState
+from kubelet_plugin.prepare.requests import ClaimRef
+from kubelet_plugin.prepare.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim, new_uid
-
-
-class Claims:
-    """An in-memory claim reader for unit tests (integration tests use the real API server)."""
-
-    def __init__(self) -> None:
-        self.objs: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def add(self, obj: dict[str, Any]) -> ClaimRef:
-        m = obj["metadata"]
-        self.objs[(m["namespace"], m["name"])] = obj
-        return ClaimRef(m["namespace"], m["uid"], m["name"])
-
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        try:
-            return self.objs[(namespace, name)]
-        except KeyError:
-            raise LookupError(f"claim {namespace}/{name} not found") from None
+from tests.unit.kubelet_plugin.device_states import Claims, DeviceStateFactory, new_device_state
 
 
 def make_state(
     tmp_path: Path, claims: Claims, boot: str = "boot-1", profile: str = "h100x8", *, sharing: bool = True
 ) -> DeviceState:
-    s = DeviceState(
-        driver=DRIVER,
-        node_name="node-a",
-        gpus=FakeGpuSource(profile, "node-a").gpus(),
-        sharing=SimulatedSharing(tmp_path / "fake-gpus", tmp_path / "mps") if sharing else None,
-        claims=claims,
-        cdi=CdiStore(tmp_path / "cdi", DRIVER),
-        checkpoints=CheckpointStore(tmp_path / "plugin", boot),
-        lock_path=tmp_path / "serialize.lock",
-        device_nodes=False,
-    )
-    s.startup()
-    return s
+    return new_device_state(tmp_path, claims, boot=boot, profile=profile, sharing=sharing)
 
 
 def cdi_files(tmp_path: Path) -> list[str]:
@@ -230,23 +200,12 @@ def test_prepare_waits_for_the_cross_process_lock_and_fails_clearly(tmp_path: Pa
     assert [] == cdi_files(tmp_path)
 
 
-def test_real_gpus_get_device_nodes_and_the_toolkit_device(tmp_path: Path) -> None:
+def test_real_gpus_get_device_nodes_and_the_toolkit_device(tmp_path: Path, device_state: DeviceStateFactory) -> None:
     """On NVML GPUs the spec carries /dev/nvidia<minor> plus control nodes, and the toolkit id is added."""
     claims = Claims()
     ref = claims.add(allocated_claim(devices=["gpu-2"]))
     gpus = FakeGpuSource("h100x8", "node-a").gpus()
-    state = DeviceState(
-        driver=DRIVER,
-        node_name="node-a",
-        gpus=gpus,
-        claims=claims,
-        cdi=CdiStore(tmp_path / "cdi", DRIVER),
-        checkpoints=CheckpointStore(tmp_path / "plugin", "b"),
-        lock_path=tmp_path / "serialize.lock",
-        device_nodes=True,
-        toolkit_devices=frozenset({gpus[2].uuid}),
-    )
-    state.startup()
+    state = device_state(tmp_path, claims, boot="b", gpus=gpus, device_nodes=True, toolkit_devices=frozenset({gpus[2].uuid}))
     dev = state.prepare([ref])[ref.uid].devices[0]
     assert (f"k8s.{DRIVER}/claim={ref.uid}-gpu-2", f"nvidia.com/gpu={gpus[2].uuid}") == dev.cdi_device_ids
     spec = json.loads(next((tmp_path / "cdi").iterdir()).read_text())
@@ -254,22 +213,13 @@ def test_real_gpus_get_device_nodes_and_the_toolkit_device(tmp_path: Path) -> No
     assert ["/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] == nodes
 
 
-def test_fake_gpus_get_the_same_device_nodes_backed_by_a_host_device_every_node_has(tmp_path: Path) -> None:
+def test_fake_gpus_get_the_same_device_nodes_backed_by_a_host_device_every_node_has(
+    tmp_path: Path, device_state: DeviceStateFactory
+) -> None:
     """Fake GPUs: /dev/nvidia<minor> and the control nodes, each with hostPath /dev/null, no toolkit id."""
     claims = Claims()
     ref = claims.add(allocated_claim(devices=["gpu-3"]))
-    state = DeviceState(
-        driver=DRIVER,
-        node_name="node-a",
-        gpus=FakeGpuSource("h100x8", "node-a").gpus(),
-        claims=claims,
-        cdi=CdiStore(tmp_path / "cdi", DRIVER),
-        checkpoints=CheckpointStore(tmp_path / "plugin", "b"),
-        lock_path=tmp_path / "serialize.lock",
-        device_nodes=True,
-        device_node_host=FAKE_DEVICE_NODE_HOST,
-    )
-    state.startup()
+    state = device_state(tmp_path, claims, boot="b", device_nodes=True, device_node_host=FAKE_DEVICE_NODE_HOST)
     dev = state.prepare([ref])[ref.uid].devices[0]
     assert (f"k8s.{DRIVER}/claim={ref.uid}-gpu-3",) == dev.cdi_device_ids
     spec = json.loads(next((tmp_path / "cdi").iterdir()).read_text())
@@ -291,7 +241,9 @@ def test_admin_access_claims_do_not_block_and_are_not_blocked(tmp_path: Path) ->
     assert state.prepared_claims()[admin.uid].devices[0].admin_access
 
 
-def test_a_lost_checkpoint_forgets_an_unprepared_share_while_its_shared_daemon_runs_for_another(tmp_path: Path) -> None:
+def test_a_lost_checkpoint_forgets_an_unprepared_share_while_its_shared_daemon_runs_for_another(
+    tmp_path: Path, device_state: DeviceStateFactory
+) -> None:
     """Consumable shares of one GPU run under one MPS daemon: that it runs says nothing of a share already gone.
 
     (Found in review: the running daemon kept the unprepared share's entry, which then kept the
@@ -301,19 +253,9 @@ def test_a_lost_checkpoint_forgets_an_unprepared_share_while_its_shared_daemon_r
     claims = Claims()
 
     def start() -> DeviceState:
-        s = DeviceState(
-            driver=DRIVER,
-            node_name="node-a",
-            publication=node_publication(gpus, MigStrategy.NONE, None, consumable=True),
-            sharing=SimulatedSharing(tmp_path / "fake-gpus", tmp_path / "mps"),
-            claims=claims,
-            cdi=CdiStore(tmp_path / "cdi", DRIVER),
-            checkpoints=CheckpointStore(tmp_path / "plugin", "boot-1"),
-            lock_path=tmp_path / "serialize.lock",
-            device_nodes=False,
+        return device_state(
+            tmp_path, claims, publication=node_publication(gpus, MigStrategy.NONE, None, consumable=True), sharing=True
         )
-        s.startup()
-        return s
 
     def share(name: str) -> ClaimRef:
         fields = [{"shareID": new_uid(), "consumedCapacity": {"memory": "20Gi"}}]

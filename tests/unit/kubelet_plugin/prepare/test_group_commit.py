@@ -19,10 +19,11 @@ import pytest
 
 from dra_driver.core.checkpoint import Checkpoint, ClaimState
 from dra_driver.files.lock import LockTimeout
-from kubelet_plugin.group_commit import GroupCommit
-from kubelet_plugin.state import DeviceState
+from kubelet_plugin.prepare.group_commit import GroupCommit
+from kubelet_plugin.prepare.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim
-from tests.unit.test_state import TIME_SLICED, Claims, cdi_files, make_state
+from tests.unit.kubelet_plugin.device_states import Claims
+from tests.unit.kubelet_plugin.prepare.test_state import TIME_SLICED, cdi_files, make_state
 
 
 def counting_saves(state: DeviceState, fail: Callable[[Checkpoint], bool] = lambda cp: False) -> list[Checkpoint]:
@@ -142,14 +143,14 @@ def test_a_crash_in_one_claim_keeps_the_unsaved_claims_before_it(tmp_path: Path,
     good = claims.add(allocated_claim(name="good", devices=["gpu-4"]))
     bad = claims.add(allocated_claim(name="bad", devices=["gpu-5"]))
     state = make_state(tmp_path, claims)
-    real = state._plan
+    real = state._steps._plan
 
-    def plan(claim: Any, devices: Any, cp: Any) -> Any:
+    def plan(claim: Any, devices: Any, cp: Any, **kw: Any) -> Any:
         if claim.uid == bad.uid and any(e.state is ClaimState.PREPARE_STARTED for e in cp.claims.values()):
             raise RuntimeError("boom")
-        return real(claim, devices, cp)
+        return real(claim, devices, cp, **kw)
 
-    monkeypatch.setattr(state, "_plan", plan)
+    monkeypatch.setattr(state._steps, "_plan", plan)
     out = state.prepare([good, bad])
     assert out[good.uid].error == ""
     assert "internal error preparing claim" in out[bad.uid].error and "boom" in out[bad.uid].error

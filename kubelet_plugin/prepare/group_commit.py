@@ -1,6 +1,6 @@
 """Group commit: the calls that queue while one holds the node lock are done together, under one save.
 
-Used by ``kubelet_plugin.state`` for NodePrepareResources and NodeUnprepareResources. When many
+Used by ``kubelet_plugin.prepare.state`` for NodePrepareResources and NodeUnprepareResources. When many
 pods land at once the kubelet sends one call per claim, concurrently; each used to take the
 node-wide lock in turn and write the checkpoint (fsyncs included) for itself. Here a call queues
 its work and takes the lock; whoever gets it first does every queued call's work at once, and the

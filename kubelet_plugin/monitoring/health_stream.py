@@ -23,7 +23,7 @@ import grpc
 import structlog
 
 from dra_driver.core.health import HealthBook, health_message, is_unhealthy
-from kubelet_plugin.health_monitor import HealthMonitor
+from kubelet_plugin.monitoring.health_monitor import HealthMonitor
 from proto.health.v1 import api_pb2 as h1
 from proto.health.v1 import api_pb2_grpc as h1_grpc
 from proto.health.v1alpha1 import api_pb2 as h1a1

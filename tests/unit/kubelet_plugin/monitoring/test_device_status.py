@@ -28,17 +28,13 @@ from dra_driver.core.device_status import (
     entries_of,
 )
 from dra_driver.core.mig import MigStrategy
-from dra_driver.files.cdi_store import CdiStore
-from dra_driver.files.checkpoint_store import CheckpointStore
-from dra_driver.sharing_backends.sim import SimulatedSharing
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.device_status import DeviceStatusReporter, StatusWriter
-from kubelet_plugin.requests import ClaimRef, Outcome
+from kubelet_plugin.monitoring.device_status import DeviceStatusReporter, StatusWriter
+from kubelet_plugin.prepare.requests import ClaimRef, Outcome
 from kubelet_plugin.servicer import DraV1Servicer
-from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from tests.claimdata import DRIVER, allocated_claim, new_uid
-from tests.unit.test_state import Claims
+from tests.unit.kubelet_plugin.device_states import Claims, DeviceStateFactory
 
 NOW = "2026-11-25T10:00:00Z"
 UID = "6f1c0d1e-1111-4222-8333-444455556666"
@@ -368,23 +364,17 @@ def test_no_api_client_turns_status_off_without_blocking_callers() -> None:
     assert events(logs, "device_status_off")[0]["error"] == "RuntimeError: bad kubeconfig"
 
 
-def test_prepare_answers_while_the_status_write_hangs_and_the_entry_matches_the_cdi_spec(tmp_path: Path) -> None:
+def test_prepare_answers_while_the_status_write_hangs_and_the_entry_matches_the_cdi_spec(
+    tmp_path: Path, device_state: DeviceStateFactory
+) -> None:
     """The servicer's answer does not wait for the API server; what is written later is what the CDI spec says."""
     claims = Claims()
     share = new_uid()
     ref = claims.add(allocated_claim(result_fields=[{"shareID": share, "consumedCapacity": {"memory": "20Gi"}}]))
-    state = DeviceState(
-        driver=DRIVER,
-        node_name="node-a",
-        publication=node_publication(FakeGpuSource("a100-80x1", "node-a").gpus(), MigStrategy.NONE, None, consumable=True),
-        sharing=SimulatedSharing(tmp_path / "fake-gpus", tmp_path / "mps"),
-        claims=claims,
-        cdi=CdiStore(tmp_path / "cdi", DRIVER),
-        checkpoints=CheckpointStore(tmp_path / "plugin", "boot-1"),
-        lock_path=tmp_path / "serialize.lock",
-        device_nodes=False,
+    gpus = FakeGpuSource("a100-80x1", "node-a").gpus()
+    state = device_state(
+        tmp_path, claims, publication=node_publication(gpus, MigStrategy.NONE, None, consumable=True), sharing=True
     )
-    state.startup()
     w = Writer()
     w.gate.clear()  # the API server hangs
     r = reporter(w)
@@ -426,7 +416,7 @@ def test_writes_wait_while_dra_calls_are_in_flight_and_go_out_once_they_quiet_do
 
 
 def test_a_write_waits_at_most_max_defer_under_calls_that_never_stop(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kubelet_plugin import device_status
+    from kubelet_plugin.monitoring import device_status
 
     monkeypatch.setattr(device_status, "MAX_DEFER_S", 0.4)
     w = Writer()

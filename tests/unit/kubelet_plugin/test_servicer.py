@@ -9,37 +9,24 @@ import grpc
 
 from dra_driver.appkit.inventory import node_publication
 from dra_driver.core.mig import MigStrategy
-from dra_driver.files.cdi_store import CdiStore
-from dra_driver.files.checkpoint_store import CheckpointStore
-from dra_driver.sharing_backends.sim import SimulatedSharing
 from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.servicer import DraV1beta1Servicer, DraV1Servicer
-from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1beta1 import api_pb2 as v1beta1
-from tests.claimdata import DRIVER, allocated_claim, new_uid
-from tests.unit.test_state import Claims
+from tests.claimdata import allocated_claim, new_uid
+from tests.unit.kubelet_plugin.device_states import Claims, DeviceStateFactory
 
 NO_CONTEXT = cast(grpc.ServicerContext, object())  # the servicers never read the call's context
 
 
-def test_a_share_id_is_answered_in_v1_and_left_out_of_v1beta1(tmp_path: Path) -> None:
+def test_a_share_id_is_answered_in_v1_and_left_out_of_v1beta1(tmp_path: Path, device_state: DeviceStateFactory) -> None:
     gpus = FakeGpuSource("a100-80x1", "node-a").gpus()
     claims = Claims()
     share = new_uid()
     ref = claims.add(allocated_claim(result_fields=[{"shareID": share, "consumedCapacity": {"memory": "20Gi"}}]))
-    state = DeviceState(
-        driver=DRIVER,
-        node_name="node-a",
-        publication=node_publication(gpus, MigStrategy.NONE, None, consumable=True),
-        sharing=SimulatedSharing(tmp_path / "fake-gpus", tmp_path / "mps"),
-        claims=claims,
-        cdi=CdiStore(tmp_path / "cdi", DRIVER),
-        checkpoints=CheckpointStore(tmp_path / "plugin", "boot-1"),
-        lock_path=tmp_path / "serialize.lock",
-        device_nodes=False,
+    state = device_state(
+        tmp_path, claims, publication=node_publication(gpus, MigStrategy.NONE, None, consumable=True), sharing=True
     )
-    state.startup()
     claim = {"namespace": ref.namespace, "uid": ref.uid, "name": ref.name}
     new = DraV1Servicer(state).NodePrepareResources(v1.NodePrepareResourcesRequest(claims=[v1.Claim(**claim)]), NO_CONTEXT)
     old = DraV1beta1Servicer(state).NodePrepareResources(

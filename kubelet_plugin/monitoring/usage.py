@@ -18,7 +18,7 @@ A device seen for the first time starts its idle clock at its claim's prepare ti
 the mtime of the claim's CDI spec (``cdi_spec_mtime``: written at prepare, it survives a plugin
 restart within the boot), or the time the sampler first saw it when there is none.
 
-Pods: the checkpoint names no pod; ``kubelet_plugin.pod_notes.PodNotes`` keeps each claim's pods
+Pods: the checkpoint names no pod; ``kubelet_plugin.monitoring.pod_notes.PodNotes`` keeps each claim's pods
 from the ResourceClaims the plugin reads anyway. This module (and ``dra_driver.core.usage``) is
 loaded once the sockets serve.
 """
@@ -46,7 +46,7 @@ from dra_driver.core.usage import (
     UsageSource,
     UsageTarget,
 )
-from kubelet_plugin.pod_notes import PodNotes
+from kubelet_plugin.monitoring.pod_notes import PodNotes
 
 log = structlog.get_logger(__name__)
 

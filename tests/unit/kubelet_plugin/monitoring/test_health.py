@@ -35,7 +35,7 @@ from dra_driver.core.health_causes import EVENT_CAUSES, RECOVERY_ACTIONS, Clears
 from dra_driver.core.mig import MigStrategy
 from dra_driver.files.health_store import HealthStore, request_repair
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.health_monitor import HealthMonitor, MonitorConfig
+from kubelet_plugin.monitoring.health_monitor import HealthMonitor, MonitorConfig
 
 D = "gpu.example.com"
 

@@ -1,9 +1,9 @@
 """Sharing side effects of prepare and unprepare: MPS daemons and time slices, started, undone, restarted.
 
-Called by ``kubelet_plugin.state`` with its lock held (and at start-up, by
-``kubelet_plugin.recovery``); what to apply comes from the claim's plan
-(``dra_driver.core.prepare``) and the checkpoint. Mirrors ``kubelet_plugin.mig_ops``: every side
-effect is followed by a named fault-injection point (``kubelet_plugin.faults``) so the crash
+Called by ``kubelet_plugin.prepare.state`` with its lock held (and at start-up, by
+``kubelet_plugin.prepare.recovery``); what to apply comes from the claim's plan
+(``dra_driver.core.prepare``) and the checkpoint. Mirrors ``kubelet_plugin.prepare.mig_ops``: every side
+effect is followed by a named fault-injection point (``kubelet_plugin.prepare.faults``) so the crash
 tests can kill the process right after it. Without a sharing backend every call is a no-op,
 and a claim that asks for sharing is refused before any side effect.
 """
@@ -19,7 +19,7 @@ from dra_driver.core.claims import ClaimError
 from dra_driver.core.config import TimeSliceInterval
 from dra_driver.core.prepare import ClaimPlan
 from dra_driver.core.sharing import SharingBackend
-from kubelet_plugin.faults import crash_point
+from kubelet_plugin.prepare.faults import crash_point
 
 log = structlog.get_logger(__name__)
 

@@ -21,13 +21,14 @@ from dra_driver.appkit.inventory import node_publication
 from dra_driver.core.checkpoint import ClaimState
 from dra_driver.core.mig import MigInstance, MigStrategy
 from dra_driver.files.cdi_store import CdiStore
-from dra_driver.files.checkpoint_store import CheckpointStore, Notice
+from dra_driver.files.checkpoint_store import Notice
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.mig_ops import MigOps
-from kubelet_plugin.requests import ClaimRef, Outcome
-from kubelet_plugin.state import DeviceState
+from kubelet_plugin.prepare.mig_ops import MigOps
+from kubelet_plugin.prepare.requests import ClaimRef, Outcome
+from kubelet_plugin.prepare.state import DeviceState
 from tests.claimdata import DRIVER, allocated_claim, new_uid
+from tests.unit.kubelet_plugin.device_states import new_device_state
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()
 
@@ -71,20 +72,9 @@ class Node:
     def start(self) -> DeviceState:
         backend = make_mig_backend(fake=True, gpus=GPUS, state_dir=self.root / "sim", boot_id="boot-1")
         publication = node_publication(GPUS, MigStrategy.DYNAMIC, backend)
-        state = DeviceState(
-            driver=DRIVER,
-            node_name="node-a",
-            publication=publication,
-            mig=MigOps(backend, GPUS),
-            claims=self.claims,
-            cdi=CdiStore(self.root / "cdi", DRIVER),
-            checkpoints=CheckpointStore(self.root / "plugin", "boot-1"),
-            lock_path=self.root / "serialize.lock",
-            device_nodes=False,
-            notify=self.notices.append,
+        return new_device_state(
+            self.root, self.claims, publication=publication, mig=MigOps(backend, GPUS), notify=self.notices.append
         )
-        state.startup()
-        return state
 
     def instances(self) -> list[MigInstance]:
         backend = make_mig_backend(fake=True, gpus=GPUS, state_dir=self.root / "sim", boot_id="boot-1")
@@ -120,14 +110,14 @@ def test_an_unexpected_failure_in_one_claim_rolls_back_that_claim_only(tmp_path:
     state = node.start()
     good = mig_claim(claims, "gpu-0-mig-1g10gb-6")
     bad = mig_claim(claims, "gpu-1-mig-1g10gb-6")
-    real = state._apply_sharing
+    real = state._steps._apply_sharing
 
     def explode(plan: Any) -> None:
         if any(d.device_name.startswith("gpu-1") for d in plan.devices):
             raise RuntimeError("a bug only this claim hits")
         real(plan)
 
-    monkeypatch.setattr(state, "_apply_sharing", explode)
+    monkeypatch.setattr(state._steps, "_apply_sharing", explode)
     out = state.prepare([bad, good])
     ok(out, good)
     assert "internal error preparing claim" in out[bad.uid].error

@@ -1,4 +1,4 @@
-"""What the plugin publishes for unhealthy GPUs, by what the API server accepts (``kubelet_plugin.health_taints``)."""
+"""What the plugin publishes for unhealthy GPUs, by what the API server accepts (``kubelet_plugin.monitoring.health_taints``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dra_driver.core.health import GpuCheck, HealthBook, HealthEvent, record_che
 from dra_driver.core.mig import MigStrategy
 from dra_driver.core.schema import DeviceSpec
 from dra_driver.sources.fake import FakeGpuSource
-from kubelet_plugin.health_taints import TaintedPublication
+from kubelet_plugin.monitoring.health_taints import TaintedPublication
 
 D = "gpu.example.com"
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()

@@ -7,7 +7,7 @@ a second for events, run the periodic checks every ``check_interval_s``, expire 
 conditions, apply repair requests (``dra-gpu health repair`` leaves ``<plugin dir>/health-repairs/<gpu>``
 holding the time of the request), and after any change: persist the record, call ``on_change``
 (the plugin republishes its devices with taints), wake the kubelet health streams
-(``kubelet_plugin.health_stream``), log each condition raised or cleared, and queue a Node Event
+(``kubelet_plugin.monitoring.health_stream``), log each condition raised or cleared, and queue a Node Event
 (sent by a thread of its own: a slow API server never holds the taints back).
 
 Nothing read is lost to a failed pass: events stay pending until a pass has saved them. Repair

@@ -1,7 +1,8 @@
 """Fault injection for crash-safety tests: die with SIGKILL at a named point of prepare or unprepare.
 
 Off unless ``DRA_GPU_CRASH_AT`` names a point; the integration tests set it to prove that a
-kill -9 at any step leaves state the next start recovers from. Called by ``kubelet_plugin.state``, ``mig_ops``, ``sharing_ops``.
+kill -9 at any step leaves state the next start recovers from. Called by
+``kubelet_plugin.prepare.state``, ``mig_ops``, ``sharing_ops``.
 """
 
 from __future__ import annotations

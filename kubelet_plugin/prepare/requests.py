@@ -1,6 +1,6 @@
 """A DRA call's claims before the lock: names checked, ResourceClaims read under one deadline.
 
-Called by ``kubelet_plugin.state`` at the start of NodePrepareResources and
+Called by ``kubelet_plugin.prepare.state`` at the start of NodePrepareResources and
 NodeUnprepareResources. Outside input is bounded and isolated here: the request's UIDs and
 names are checked before anything is looked up (a UID twice in one request is an error for
 that UID), and claims are read concurrently under one deadline (``LOOKUP_BUDGET_S``, below the

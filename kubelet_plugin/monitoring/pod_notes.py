@@ -1,7 +1,7 @@
 """The pods of each prepared claim, noted from the ResourceClaims the kubelet plugin reads anyway.
 
 Made by ``kubelet_plugin.main`` before the sockets serve (``PodNotes.watching`` wraps the claim
-reader ``DeviceState`` uses); read by the usage sampler (``kubelet_plugin.usage``) for the pod
+reader ``DeviceState`` uses); read by the usage sampler (``kubelet_plugin.monitoring.usage``) for the pod
 labels of its metrics. The checkpoint names no pod: the names of each claim's
 ``status.reservedFor`` are kept in memory only, from the claims read at prepare and in each
 garbage collection pass (a dictionary write per read, nothing more on the prepare path). After a
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubelet_plugin.requests import ClaimReader
+from kubelet_plugin.prepare.requests import ClaimReader
 
 
 class PodNotes:
