@@ -30,7 +30,7 @@ from kubelet_plugin.servicer import DraV1Servicer, add_dra_services
 from kubelet_plugin.sockets import unix_server
 from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
-from tests.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.claimdata import DRIVER, allocated_claim, new_uid
 from tests.fuzz import harness
 
 

@@ -37,7 +37,7 @@ from kubelet_plugin.requests import ClaimRef, Outcome
 from kubelet_plugin.servicer import DraV1Servicer
 from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
-from tests.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.claimdata import DRIVER, allocated_claim, new_uid
 from tests.unit.test_state import Claims
 
 NOW = "2026-11-25T10:00:00Z"

@@ -22,7 +22,7 @@ from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.state import DeviceState
-from tests.claimdata import DRIVER, allocated_claim
+from testkit.claimdata import DRIVER, allocated_claim
 from tests.unit.test_state import Claims
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()

@@ -21,7 +21,7 @@ from dra_driver.core.checkpoint import Checkpoint, ClaimState
 from dra_driver.files.lock import LockTimeout
 from kubelet_plugin.group_commit import GroupCommit
 from kubelet_plugin.state import DeviceState
-from tests.claimdata import DRIVER, allocated_claim
+from testkit.claimdata import DRIVER, allocated_claim
 from tests.unit.test_state import TIME_SLICED, Claims, cdi_files, make_state
 
 

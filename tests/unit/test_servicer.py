@@ -17,7 +17,7 @@ from kubelet_plugin.servicer import DraV1beta1Servicer, DraV1Servicer
 from kubelet_plugin.state import DeviceState
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1beta1 import api_pb2 as v1beta1
-from tests.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.claimdata import DRIVER, allocated_claim, new_uid
 from tests.unit.test_state import Claims
 
 NO_CONTEXT = cast(grpc.ServicerContext, object())  # the servicers never read the call's context

@@ -20,7 +20,7 @@ from dra_driver.sharing_backends.sim import SimulatedSharing, read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.requests import ClaimRef
 from kubelet_plugin.state import DeviceState
-from tests.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.claimdata import DRIVER, allocated_claim, new_uid
 
 
 class Claims:

@@ -27,7 +27,7 @@ from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.mig_ops import MigOps
 from kubelet_plugin.requests import ClaimRef, Outcome
 from kubelet_plugin.state import DeviceState
-from tests.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.claimdata import DRIVER, allocated_claim, new_uid
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()
 

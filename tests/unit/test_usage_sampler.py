@@ -33,7 +33,7 @@ from dra_driver.sources.fake_usage import main as fake_usage
 from kubelet_plugin.pod_notes import PodNotes
 from kubelet_plugin.state import DeviceState
 from kubelet_plugin.usage import UsageSampler, cdi_spec_mtime, prepared_targets
-from tests.claimdata import DRIVER, allocated_claim
+from testkit.claimdata import DRIVER, allocated_claim
 from tests.unit.test_state import Claims
 
 GIB = 1 << 30
