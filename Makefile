@@ -36,10 +36,10 @@ $(PRODUCT_STAMP): pyproject.toml
 # Debian's packages, installed when missing).
 k8s:
 	scripts/host-tools.sh
-	e2e/build.sh >/dev/null
-	e2e/helm/build.sh >/dev/null
-	e2e/promtool/build.sh >/dev/null
-	e2e/runtime/build.sh >/dev/null
+	testkit/go/build.sh >/dev/null
+	testkit/go/helm/build.sh >/dev/null
+	testkit/go/promtool/build.sh >/dev/null
+	testkit/go/runtime/build.sh >/dev/null
 
 # The dra-gpu image and the demo's shell image, from deploy/container/Dockerfile without Docker
 # (OCI archives under ~/.cache/dra-gpu/images; reused while the image's inputs are unchanged).
@@ -56,7 +56,7 @@ check-protos: venv
 
 lint: venv check-protos
 	ruff check .
-	ruff format --check dra_driver controller kubelet_plugin webhook tests scripts bench e2e
+	ruff format --check dra_driver controller kubelet_plugin webhook tests scripts bench e2e testkit demo
 	mypy .
 	lint-imports
 
@@ -66,14 +66,14 @@ unit: venv
 integration: venv k8s
 	pytest -q tests/integration
 
-# The version matrix's releases (e2e/K8S_MATRIX) build in the background, at low priority, while
-# the tests before e2e/test_version_matrix.py run; that module waits for them (e2e/build-matrix.sh).
+# The version matrix's releases (testkit/go/K8S_MATRIX) build in the background, at low priority, while
+# the tests before e2e/test_version_matrix.py run; that module waits for them (testkit/go/build-matrix.sh).
 e2e: venv images
-	e2e/build-matrix.sh --background
-	pytest -q e2e
+	testkit/go/build-matrix.sh --background
+	pytest -q tests/chart e2e
 
 test: venv images lint
-	e2e/build-matrix.sh --background
+	testkit/go/build-matrix.sh --background
 	pytest -q
 
 # Longer fuzzing than make test's fixed budget (which is DRA_GPU_FUZZ_SCALE=1).
@@ -84,7 +84,7 @@ demo: venv images
 	@echo "== what a node with 8 fake H100s publishes: dra-gpu inventory --fake-gpus h100x8 --node-name node-a (first slice)"
 	@dra-gpu inventory --fake-gpus h100x8 --node-name node-a | sed -n '1,40p'
 	@echo "..."
-	$(VENV)/bin/python -m e2e.demo
+	$(VENV)/bin/python -m demo.runner.demo
 
 bench: venv k8s $(PRODUCT_STAMP)
 	$(VENV)/bin/python -m bench.prepare_latency

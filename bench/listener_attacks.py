@@ -37,11 +37,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import ROOT, PluginProcess
-from tests.integration.claims import create_allocated_claim
-from tests.unit.test_webhook import DRIVER, GOOD, body, claim_obj, request
-from tests.webhookcerts import Certs, make_certs
+from testkit.admission import DRIVER, GOOD, body, claim_obj, request
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import ROOT, PluginProcess
+from testkit.webhookcerts import Certs, make_certs
 from webhook.admission import VALIDATE_PATH
 from webhook.server import PARSE_BUDGET_BYTES, review_cost
 

@@ -25,9 +25,9 @@ import urllib.request
 from pathlib import Path
 
 from bench.prepare_latency import pct, timed
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import PluginProcess
-from tests.integration.claims import create_allocated_claim
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import PluginProcess
 
 OFF = ("--health", "off", "--metrics-port", "-1", "--gc-interval", "0")
 # As the chart installs it, but health checked every second and usage sampled every second (busier).

@@ -111,7 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not source.exists():
             print(f"bench.plots: {source} does not exist: run its bench with --json first")
             return 1
-        print(f"bench.plots: wrote {draw(json.loads(source.read_text()), args.out)}")
+        try:
+            print(f"bench.plots: wrote {draw(json.loads(source.read_text()), args.out)}")
+        except (ValueError, KeyError) as err:  # a bench's JSON without what the chart needs
+            print(f"bench.plots: {source}: {err}")
+            return 1
     return 0
 
 

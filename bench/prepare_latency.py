@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import PluginProcess
-from tests.integration.claims import create_allocated_claim
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import PluginProcess
 
 
 def pct(values: list[float], p: float) -> float:

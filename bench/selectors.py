@@ -1,5 +1,5 @@
 """Benchmark: 10 realistic device selectors over a 40,000-GPU fleet, in dra-gpu (Python) and in the
-scheduler's Go code (k8s.io/dynamic-resource-allocation/cel through e2e/cmd/celdiff), in one run.
+scheduler's Go code (k8s.io/dynamic-resource-allocation/cel through testkit/go/cmd/celdiff), in one run.
 
 The fleet is 5,000 nodes of 8 GPUs built from the fake profiles (H100, H200, B200, A100 40/80GB),
 with three driver versions, unique UUIDs and PCI addresses. Python compiles each selector once
@@ -19,7 +19,7 @@ from typing import Any
 
 from dra_driver.cli.main import inventory_slices
 from dra_driver.schedsim.cel import CelRuntimeError, DeviceView, compile_selector
-from tests.differential.oracle import Celdiff
+from testkit.oracle.oracle import Celdiff
 
 DRIVER = "gpu.dra-gpu.dev"
 PROFILES = ("h100x8", "h200x8", "b200x8", "a100x8", "a100-80x8")

@@ -1,1 +1,1 @@
-"""End-to-end helpers: a real local Kubernetes control plane built from source."""
+"""End-to-end tests: a real local Kubernetes control plane built from source (testkit/), the chart installed on it."""

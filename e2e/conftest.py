@@ -10,8 +10,8 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
-from e2e.cluster import LocalCluster
-from e2e.helm_cli import Helm
+from testkit.cluster import LocalCluster
+from testkit.helm_cli import Helm
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    """The built Helm binary; fails (never skips) naming e2e/helm/build.sh when it is missing."""
+    """The built Helm binary; fails (never skips) naming testkit/go/helm/build.sh when it is missing."""
     return Helm.built(tmp_path_factory.mktemp("helm-home"))
 
 

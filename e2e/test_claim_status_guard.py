@@ -11,7 +11,7 @@ refuses the same writes itself (DRAResourceClaimGranularStatusAuthorization: the
 ``resourceclaims/driver`` and ``resourceclaims/binding`` subresources), in its validation, which
 runs before admission: there its refusal is the one a caller sees.
 
-For each release (``e2e/K8S_VERSION`` and ``e2e/K8S_MATRIX``): one stock control plane (etcd and
+For each release (``testkit/go/K8S_VERSION`` and ``testkit/go/K8S_MATRIX``): one stock control plane (etcd and
 kube-apiserver as the release ships them; no scheduler, no kubelet), the chart installed by Helm
 against it (so its RBAC and policies are what that server's version renders), two Nodes, a pod of
 the plugin's ServiceAccount on each (never running), and tokens bound to those pods by the
@@ -39,9 +39,9 @@ from dra_driver.core.device_status import DeviceStatus, apply_configuration, ent
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.kube.claim_status_api import KubeClaimStatusApi
 from dra_driver.kube.connection import ApiConnection, TokenSource
-from e2e.cluster import K8S_VERSION, LocalCluster, matrix_versions, minor_of, wait_for_matrix_build
-from e2e.helm_cli import NAMESPACE, PLUGIN, Helm
 from e2e.test_helm_install import Response, call, plugin_token, pod_bound_token, wait_policy_enforced
+from testkit.cluster import K8S_VERSION, LocalCluster, matrix_versions, minor_of, wait_for_matrix_build
+from testkit.helm_cli import NAMESPACE, PLUGIN, Helm
 
 VERSIONS = [K8S_VERSION, *matrix_versions()]
 POLICY = "dra-gpu-resourceclaim-status"  # the policy and its binding, for release dra-gpu

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from e2e.cluster import LocalCluster
 from e2e.test_cluster_smoke import DRIVER, SLICES, gpu_slice
+from testkit.cluster import LocalCluster
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 PODS = "/api/v1/namespaces/default/pods"

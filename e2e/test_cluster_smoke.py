@@ -9,7 +9,7 @@ import pytest
 
 from dra_driver.kube.client import load_api_client
 from dra_driver.kube.rest import RestApi
-from e2e.cluster import K8S_VERSION, ApiError, LocalCluster
+from testkit.cluster import K8S_VERSION, ApiError, LocalCluster
 
 DRIVER = "gpu.dra-gpu.example.org"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"

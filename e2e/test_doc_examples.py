@@ -1,7 +1,7 @@
 """Every example runs: the docs' YAML on a real API server, the demo's pods scheduled, the docs'
 live ``dra-gpu`` commands against a cluster.
 
-What is found (tests/docs_examples.py, nothing listed here): every ```yaml fence holding
+What is found (testkit/docs_examples.py, nothing listed here): every ```yaml fence holding
 ``apiVersion:`` in README.md, docs/**/*.md and demo/**/*.md, and every demo/**/*.yaml. Each object
 is applied to a real kube-apiserver with a server-side dry run (server-side apply, ``dryRun=All``,
 ``force=true``: ``kubectl apply --server-side --dry-run=server --force-conflicts``), so the API
@@ -24,7 +24,7 @@ test_installed (its WORKLOADS). A demo file no test names (health-trainer.yaml w
 written: only ``make demo``, which make test does not run, applies it) is applied here, for real,
 on a node publishing 8 fake H100s, and each of its pods must be bound with its claims allocated.
 
-Commands: the docs' ``dra-gpu explain NAME`` commands (live, tests.docs_examples.needs) run against
+Commands: the docs' ``dra-gpu explain NAME`` commands (live, testkit.docs_examples.needs) run against
 this cluster with its kubeconfig, after the manifest that defines NAME is applied; their output must
 have the shape the doc shows. The other commands that need more than an API server (a GPU, a node's
 plugin dir, running plugins' metrics) are listed with the reason; tests/unit/docs/test_doc_commands.py
@@ -48,9 +48,8 @@ from dra_driver.cli.main import build_parser, inventory_slices
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 
 # The e2e harness: imported here only, so that moving it is one edit.
-from e2e.cluster import ApiError, LocalCluster
-from e2e.helm_cli import Helm
-from tests.docs_examples import (
+from testkit.cluster import ApiError, LocalCluster
+from testkit.docs_examples import (
     REPO,
     ShownCommand,
     cli_env,
@@ -64,6 +63,7 @@ from tests.docs_examples import (
     workdir_with_repo,
     yaml_examples,
 )
+from testkit.helm_cli import Helm
 
 NODE = "node-a"
 CHART_SETS = ("kubeletPlugin.enabled=false", "mig.strategy=static", "sharing.consumable=true")

@@ -4,7 +4,7 @@ One node for the module (tests run in file order, each restarting the plugin wit
 driver root): the control plane, a `ContainerdNode` (kubelet, containerd, runc, CNI), and our
 plugin as a host process with fake H100s and ``--driver-root`` (with it, fake GPUs need a
 driver as real ones do), its registry, plugin and CDI directories the node's own. The driver
-root is made at test time with gcc (``tests.fake_driver``): ``libcuda.so.580.95.05`` with SONAME
+root is made at test time with gcc (``testkit.fake_driver``): ``libcuda.so.580.95.05`` with SONAME
 ``libcuda.so.1`` exporting ``cuInit`` (returns 0), ``libnvidia-ml.so.580.95.05`` with SONAME
 ``libnvidia-ml.so.1`` exporting ``nvmlInit_v2``, a ``nvidia-smi``, and an older driver's
 ``libcuda.so.535.104.05`` whose ``cuInit`` returns 35. The workload image is the stock Debian
@@ -34,12 +34,12 @@ from typing import Any, TypeVar
 import pytest
 
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import ApiError, LocalCluster, cache_dir
-from e2e.installed import SHELL_IMAGE, build_images
-from e2e.plugin_process import PluginProcess
-from e2e.runtime_node import ContainerdNode, sweep_leftovers
-from tests.claimdata import DRIVER
-from tests.fake_driver import HOST_DEBIAN, OLD_VERSION, VERSION, Builder, install_driver
+from testkit.claimdata import DRIVER
+from testkit.cluster import ApiError, LocalCluster, cache_dir
+from testkit.fake_driver import HOST_DEBIAN, OLD_VERSION, VERSION, Builder, install_driver
+from testkit.installed import SHELL_IMAGE, build_images
+from testkit.plugin_process import PluginProcess
+from testkit.runtime_node import ContainerdNode, sweep_leftovers
 
 T = TypeVar("T")
 RESOURCE = "/apis/resource.k8s.io/v1"

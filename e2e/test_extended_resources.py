@@ -35,14 +35,14 @@ from dra_driver.cli.main import inventory_slices
 from dra_driver.core.cdi import cdi_device_id, env_prefix
 from dra_driver.core.mig import MigStrategy
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import ApiError, LocalCluster
-from e2e.helm_cli import Helm
-from e2e.manifests import apply, apply_file, load
-from e2e.node import KubeletNode
-from e2e.plugin_process import PluginProcess
 from e2e.test_kubelet_node import events, get_or_none, resolve_cdi, wait_until
 from e2e.test_mig_scheduling import MigNode
-from tests.claimdata import DRIVER
+from testkit.claimdata import DRIVER
+from testkit.cluster import ApiError, LocalCluster
+from testkit.helm_cli import Helm
+from testkit.manifests import apply, apply_file, load
+from testkit.node import KubeletNode
+from testkit.plugin_process import PluginProcess
 
 DEMO = Path(__file__).resolve().parents[1] / "demo"
 NODE = "node-x"

@@ -1,14 +1,14 @@
 """dra-gpu's feature-gate table is each release's own, evaluated as that release's kube-scheduler evaluates it.
 
-For the default release (``e2e/K8S_VERSION``) and every release of ``e2e/K8S_MATRIX``, celdiff
+For the default release (``testkit/go/K8S_VERSION``) and every release of ``testkit/go/K8S_MATRIX``, celdiff
 (built against the release) computes the gates with the scheduler's own options, registry and
-``pkg/features`` (``e2e/cmd/celdiff/gates.go``), and the DRA plugin's mapping of them to the
+``pkg/features`` (``testkit/go/cmd/celdiff/gates.go``), and the DRA plugin's mapping of them to the
 allocator's features. ``dra_driver.schedsim.gates`` and ``rules`` must give the same: the effective
 version (emulation = binary, minimum compatibility = binary - 1), every gate name, the versioned
 specs and dependencies of the gates that change allocation, their default values, the allocator's
 features and variant and the CEL environment's features; and for each ``--feature-gates`` value of
 ``FLAGS``, the same refusal or the same values. A new release whose table nobody updated fails here.
-The hand-written cases of issue 28 (``tests/differential/gate_cases.py``) agree on every release too.
+The hand-written cases of issue 28 (``testkit/oracle/gate_cases.py``) agree on every release too.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import pytest
 
 from dra_driver.schedsim.gates import DEPENDENCIES, TABLES, TABLES_TEXT, GateError, gate_values, known_gates, parse_feature_gates
 from dra_driver.schedsim.rules import allocator_features, allocator_variant, cel_features
-from e2e.cluster import K8S_VERSION, matrix_versions, minor_of, wait_for_matrix_build
-from e2e.gate_table import other_names, spec_of, table_lines, table_names
-from tests.differential import gate_cases
-from tests.differential.allocations import FRACTIONAL_GATE_SINCE
-from tests.differential.oracle import Celdiff, exact_quantities, python_allocate, python_selector
+from testkit.cluster import K8S_VERSION, matrix_versions, minor_of, wait_for_matrix_build
+from testkit.gate_table import other_names, spec_of, table_lines, table_names
+from testkit.oracle import gate_cases
+from testkit.oracle.allocations import FRACTIONAL_GATE_SINCE
+from testkit.oracle.oracle import Celdiff, exact_quantities, python_allocate, python_selector
 
 VERSIONS = [K8S_VERSION, *matrix_versions()]
 
@@ -81,7 +81,7 @@ def test_the_table_is_the_releases_own(oracle: tuple[int, Celdiff]) -> None:
     }
     assert DEPENDENCIES[minor] == {n: tuple(sorted(d)) for n, d in (go.get("dependencies") or {}).items() if n in TABLES[minor]}
     assert other_names(go) == known_gates(minor) - set(TABLES[minor]) - {"AllAlpha", "AllBeta"}
-    assert table_lines(go) == TABLES_TEXT[minor].strip().splitlines()  # what e2e/gate_table.py prints for it
+    assert table_lines(go) == TABLES_TEXT[minor].strip().splitlines()  # what testkit/gate_table.py prints for it
 
 
 def test_the_defaults_and_what_the_scheduler_makes_of_them(oracle: tuple[int, Celdiff]) -> None:

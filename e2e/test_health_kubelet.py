@@ -1,7 +1,7 @@
 """GPU health end to end: the real kubelet shows it in pod status, the real controller-manager evicts.
 
 Control plane (etcd, apiserver, scheduler, controller-manager) and the kubelet are upstream
-binaries built by e2e/build.sh (fake container runtime); the plugin is our daemon with 8 fake H100s,
+binaries built by testkit/go/build.sh (fake container runtime); the plugin is our daemon with 8 fake H100s,
 ``--health-evict true``. A ReplicaSet runs one GPU pod. A degraded cause on its GPU (an XID nobody
 classified) taints NoSchedule: the pod keeps running and its status shows the device Unhealthy,
 with the cause, through the kubelet's DRAResourceHealth stream. Then a fatal XID on the same GPU
@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.plugin_process import ROOT
 from e2e.test_kubelet_node import PODS, RESOURCE, harness, wait_until
-from tests.claimdata import DRIVER
+from testkit.claimdata import DRIVER
+from testkit.plugin_process import ROOT
 
 RS = "/apis/apps/v1/namespaces/default/replicasets"
 

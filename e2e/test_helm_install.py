@@ -1,7 +1,7 @@
 """The Helm chart (deploy/helm/dra-gpu) installed into a real API server.
 
-The Helm CLI is built from source by ``e2e/helm/build.sh`` (version pinned in
-``e2e/helm/go.mod``) and the control plane by ``e2e/build.sh``; ``make test`` runs both. This
+The Helm CLI is built from source by ``testkit/go/helm/build.sh`` (version pinned in
+``testkit/go/helm/go.mod``) and the control plane by ``testkit/go/build.sh``; ``make test`` runs both. This
 module builds nothing: a missing binary fails with the script to run.
 
 The install goes into a ``LocalCluster`` (etcd + kube-apiserver, no kubelet), so no pod of the
@@ -13,7 +13,7 @@ ValidatingAdmissionPolicy against a genuine ServiceAccount token that is bound t
 node, exactly the credentials the kubelet plugin's pod gets. Finally the real plugin process,
 started with the env the chart renders and that token, publishes and restores its node's
 slices: the chart's permissions are enough, not just small. How the chart renders is in
-``e2e/test_helm_render.py``.
+``tests/chart/test_helm_render.py``.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ import pytest
 import yaml
 
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
-from e2e.cluster import ApiError, LocalCluster
-from e2e.helm_cli import CHART, DENIED, E2E_DIR, NAMESPACE, PLUGIN, POLICY, RELEASE, SLICES, Helm, by_kind, env_of
 from proto.dra.v1 import api_pb2 as dra_v1
 from proto.dra.v1 import api_pb2_grpc as dra_v1_grpc
+from testkit.cluster import ApiError, LocalCluster
+from testkit.helm_cli import CHART, DENIED, NAMESPACE, PLUGIN, POLICY, RELEASE, REPO, SLICES, Helm, by_kind, env_of
 
 # -- Installed into a real API server ------------------------------------------------------------
 
@@ -543,7 +543,7 @@ def test_plugin_publishes_and_reports_device_status_with_only_the_charts_permiss
     log = tmp_path / "plugin.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kubelet_plugin.main"], cwd=E2E_DIR.parent, env=env, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "kubelet_plugin.main"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
         )
     try:
         deadline = time.monotonic() + 30

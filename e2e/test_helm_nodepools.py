@@ -6,7 +6,7 @@ Each pool is one kubelet plugin DaemonSet with the pool's MIG strategy and node 
 exactly one plugin. The render tests evaluate the rendered node affinity against made-up nodes the way the
 scheduler does; the install test lets kube-controller-manager's DaemonSet controller place the pods on registered
 nodes (no kubelet: the pods never run, they only exist) and moves a node between pools. Helm is built by
-``e2e/helm/build.sh`` and the control plane by ``e2e/build.sh``; a missing binary fails with the script to run.
+``testkit/go/helm/build.sh`` and the control plane by ``testkit/go/build.sh``; a missing binary fails with the script to run.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import yaml
 
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.core.mig import MigStrategy
-from e2e.cluster import ApiError, LocalCluster
-from e2e.helm_cli import CHART, NAMESPACE, PLUGIN, RELEASE, Helm, by_kind, env_of
+from testkit.cluster import ApiError, LocalCluster
+from testkit.helm_cli import CHART, NAMESPACE, PLUGIN, RELEASE, Helm, by_kind, env_of
 
 POOL_LABEL = "dra-gpu.dev/node-pool"
 GKE_POOL = "cloud.google.com/gke-nodepool"
@@ -175,7 +175,7 @@ def test_each_pool_is_a_daemonset_with_its_own_mig_strategy(helm: Helm, tmp_path
         template_labels = ds["spec"]["template"]["metadata"]["labels"]
         selector = ds["spec"]["selector"]["matchLabels"]
         assert selector.items() <= template_labels.items()
-        # Every plugin pod keeps the component label: the metrics Service, `dra-gpu top` and e2e/installed.py find
+        # Every plugin pod keeps the component label: the metrics Service, `dra-gpu top` and testkit/installed.py find
         # them all by it.
         assert template_labels["app.kubernetes.io/component"] == "kubelet-plugin"
         assert template_labels.get(POOL_LABEL) == pool == selector.get(POOL_LABEL)

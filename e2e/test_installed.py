@@ -25,12 +25,12 @@ import pytest
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.mig_backends.select import SIM_STATE_FILE
 from dra_driver.mig_backends.sim import load_instances
-from e2e.cluster import ApiError
-from e2e.helm_cli import NAMESPACE, Helm
-from e2e.installed import WORKLOAD_IMAGE, Images, InstalledCluster, build_images
-from e2e.manifests import apply_file, bad_config_claim
-from e2e.node_state import carved, cdi_specs, checkpoint_claims, mig_modes_on
-from e2e.runtime_node import ContainerdNode
+from testkit.cluster import ApiError
+from testkit.helm_cli import NAMESPACE, Helm
+from testkit.installed import WORKLOAD_IMAGE, Images, InstalledCluster, build_images
+from testkit.manifests import apply_file, bad_config_claim
+from testkit.node_state import carved, cdi_specs, checkpoint_claims, mig_modes_on
+from testkit.runtime_node import ContainerdNode
 
 DEMO = Path(__file__).resolve().parents[1] / "demo"
 NS = "dra-demo"

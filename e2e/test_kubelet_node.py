@@ -1,7 +1,7 @@
 """The real kubelet drives our plugin: registration, scheduling, prepare, CDI ids to the runtime, unprepare.
 
 Control plane (etcd, apiserver, scheduler, controller-manager) and the kubelet are upstream
-v1.36 binaries built by e2e/build.sh; only the container runtime is fake (fakecri records
+v1.36 binaries built by testkit/go/build.sh; only the container runtime is fake (fakecri records
 what the kubelet asked it to create).  The plugin is our daemon, publishing 8 fake H100s.
 """
 
@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from e2e.cluster import ApiError, LocalCluster
-from e2e.node import KubeletNode
-from e2e.plugin_process import PluginProcess
-from tests.claimdata import DRIVER
+from testkit.claimdata import DRIVER
+from testkit.cluster import ApiError, LocalCluster
+from testkit.node import KubeletNode
+from testkit.plugin_process import PluginProcess
 
 T = TypeVar("T")
 RESOURCE = "/apis/resource.k8s.io/v1"

@@ -29,13 +29,13 @@ from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigInstance, MigStrategy, parse_mig_device_name, profile_slug
 from dra_driver.mig_backends.sim import load_instances, load_modes
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import LocalCluster
-from e2e.helm_cli import Helm
-from e2e.manifests import apply, apply_file, load
-from e2e.node import KubeletNode
-from e2e.plugin_process import PluginProcess
 from e2e.test_kubelet_node import events, resolve_cdi, wait_until
-from tests.claimdata import DRIVER
+from testkit.claimdata import DRIVER
+from testkit.cluster import LocalCluster
+from testkit.helm_cli import Helm
+from testkit.manifests import apply, apply_file, load
+from testkit.node import KubeletNode
+from testkit.plugin_process import PluginProcess
 
 DEMO = Path(__file__).resolve().parents[1] / "demo"
 NODE = "node-m"

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import LocalCluster
-from e2e.helm_cli import Helm
-from e2e.manifests import apply_file
-from e2e.plugin_process import PluginProcess
+from testkit.cluster import LocalCluster
+from testkit.helm_cli import Helm
+from testkit.manifests import apply_file
+from testkit.plugin_process import PluginProcess
 
 DEMO = Path(__file__).resolve().parents[1] / "demo"
 DRIVER = "gpu.dra-gpu.dev"

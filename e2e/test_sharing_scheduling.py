@@ -36,14 +36,14 @@ from dra_driver.cli.main import inventory_slices
 from dra_driver.core.cdi import cdi_device_id, env_prefix
 from dra_driver.core.sharing import CONTAINER_MPS_PIPE_DIR, claim_daemon_id, mps_dirs
 from dra_driver.sharing_backends.sim import STATE_FILE, read_sharing_state
-from e2e.cluster import LocalCluster
-from e2e.helm_cli import Helm
-from e2e.manifests import apply, load
-from e2e.node import KubeletNode
-from e2e.plugin_process import PluginProcess
 from e2e.test_kubelet_node import events, get_or_none, resolve_cdi, wait_until
 from e2e.test_mig_scheduling import pod_using
-from tests.claimdata import DRIVER
+from testkit.claimdata import DRIVER
+from testkit.cluster import LocalCluster
+from testkit.helm_cli import Helm
+from testkit.manifests import apply, load
+from testkit.node import KubeletNode
+from testkit.plugin_process import PluginProcess
 
 DEMO = Path(__file__).resolve().parents[1] / "demo"
 NODE_T = "node-t"  # 8x H100: time-slicing and MPS through a claim's config

@@ -22,11 +22,11 @@ import pytest
 
 from dra_driver.cli.main import inventory_slices
 from dra_driver.core.schema import ATTR_NUMA_NODE, ATTR_PCIE_ROOT
-from e2e.cluster import ApiError, LocalCluster
-from e2e.explain_cli import explain_json
-from e2e.helm_cli import Helm
-from e2e.manifests import apply, apply_file, load
 from e2e.test_scheduling_selectors import wait_for
+from testkit.cluster import ApiError, LocalCluster
+from testkit.explain_cli import explain_json
+from testkit.helm_cli import Helm
+from testkit.manifests import apply, apply_file, load
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"

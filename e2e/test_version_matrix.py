@@ -1,6 +1,6 @@
 """Every supported Kubernetes release as a platform team runs it: default feature gates and API versions.
 
-For the default release (``e2e/K8S_VERSION``) and each release of ``e2e/K8S_MATRIX``: one control
+For the default release (``testkit/go/K8S_VERSION``) and each release of ``testkit/go/K8S_MATRIX``: one control
 plane started stock (no feature gate or API version changed), one real kubelet on the fake
 runtime, the chart installed by Helm against that server (so it adapts to the server's version),
 and our plugin publishing 8 fake H100s, one of them with a MIG instance made beforehand. Each
@@ -35,17 +35,17 @@ import pytest
 from dra_driver.core.cdi import cdi_device_id
 from dra_driver.core.mig import MigStrategy
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import K8S_VERSION, LocalCluster, matrix_versions, minor_of, wait_for_matrix_build
-from e2e.explain_cli import explain_json
-from e2e.helm_cli import CHART, Helm
-from e2e.manifests import apply_file
-from e2e.node import KubeletNode
-from e2e.plugin_process import PluginProcess
 from e2e.test_kubelet_node import events, wait_until
 from e2e.test_mig_scheduling import CLAIMS, DEMO, NODE, NS, PODS, TEMPLATES, Allocation, MigNode
-from tests.claimdata import DRIVER
-from tests.differential.corpus import chart_classes, demo_workloads, inventory
-from tests.differential.oracle import Celdiff, allocate_case, exact_quantities, python_allocate
+from testkit.claimdata import DRIVER
+from testkit.cluster import K8S_VERSION, LocalCluster, matrix_versions, minor_of, wait_for_matrix_build
+from testkit.explain_cli import explain_json
+from testkit.helm_cli import CHART, Helm
+from testkit.manifests import apply_file
+from testkit.node import KubeletNode
+from testkit.oracle.corpus import chart_classes, demo_workloads, inventory
+from testkit.oracle.oracle import Celdiff, allocate_case, exact_quantities, python_allocate
+from testkit.plugin_process import PluginProcess
 
 REPO = Path(__file__).resolve().parents[1]
 VERSIONS = [K8S_VERSION, *matrix_versions()]

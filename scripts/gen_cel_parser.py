@@ -3,7 +3,7 @@
 Run from anywhere: ``python scripts/gen_cel_parser.py [--out FILE]``; rerun it after changing the
 grammar, its options in ``dra_driver/schedsim/cel/syntax.py``, or the Lark version. Until then the
 parser is built at start-up as before (the file records what it was built from), and
-``tests/unit/test_cel_parser_tables.py`` fails, naming this script.
+``tests/unit/schedsim/test_explain_fast_paths.py`` fails, naming this script.
 """
 
 from __future__ import annotations

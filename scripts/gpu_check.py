@@ -5,7 +5,7 @@ On a machine with an NVIDIA GPU it runs the read-only NVML checks (``scripts/gpu
 the real ``dra-gpu-kubelet-plugin`` process with NVML, a stand-in API server (HTTPS, in this
 process), the kubelet's gRPC calls over the plugin's unix sockets, a torch workload under the
 claim's CDI spec, and ``/metrics`` read for the claim's utilization and idle clock
-(``bench.gpu_check.flow`` says each step). The report goes to ``--out``, else
+(``testkit.gpu_check.flow`` says each step). The report goes to ``--out``, else
 ``$DRA_GPU_CHECK_OUT``, else a new folder under the temp dir: ``report.json`` (everything) and
 ``summary.txt`` (what a person reads first, also printed).
 
@@ -15,7 +15,7 @@ that it did not run and why, and exits 0, having done nothing else: no folder, n
 read-only checks and the CUDA workload are skipped by design).
 
 Nothing it runs changes a GPU's MIG mode, compute mode, clocks, power or time-slicing, resets a
-GPU or starts MPS (``tests/unit/test_gpu_check_safety.py`` scans it). Exit: 0 passed or did not
+GPU or starts MPS (``tests/unit/gpu_check/test_gpu_check_safety.py`` scans it). Exit: 0 passed or did not
 run, 1 a step failed, 2 a usage error or a GPU machine missing what the run needs.
 """
 
@@ -165,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or os.environ.get(OUT_ENV) or tempfile.mkdtemp(prefix="dra-gpu-check-")).absolute()
     out.mkdir(parents=True, exist_ok=True)
 
-    from bench.gpu_check.flow import Options, run_flow
-    from bench.gpu_check.summary import summary
+    from testkit.gpu_check.flow import Options, run_flow
+    from testkit.gpu_check.summary import summary
 
     t0 = time.monotonic()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -4,7 +4,7 @@
 #   mmdebstrap  makes the Debian base rootfs of the images (deploy/container/build-local.sh)
 #   buildah     builds deploy/container/Dockerfile without a container engine
 #   iptables    kube-proxy's Service rules; iproute2 (ip): the nodes' bridges and addresses
-#   gcc, libc6-dev  compile the pause binary (e2e/runtime/build.sh)
+#   gcc, libc6-dev  compile the pause binary (testkit/go/runtime/build.sh)
 # As root with apt-get: installs what is missing (quietly). Otherwise: one line per missing
 # package naming it, and exit 2. Called by `make k8s`.
 set -euo pipefail

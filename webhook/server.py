@@ -79,7 +79,7 @@ RELOAD_CHECK_S = 5.0
 """How often, at most, the certificate files are checked for a change."""
 
 # What json.loads allocates, at most, per structural byte (CPython 3.11, 64-bit; measured with
-# tracemalloc and RSS over hostile shapes, tests/unit/test_webhook_limits.py): a list with its
+# tracemalloc and RSS over hostile shapes, tests/unit/webhook/test_webhook_limits.py): a list with its
 # first slots, a dict with its first entries, a key's entry (and memo), a value's slot, a string.
 _COST_PER_BYTE: Final = 2  # the body, and the text json.loads decodes it to
 _COST_PER_LIST: Final = 128

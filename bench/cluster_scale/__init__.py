@@ -2,7 +2,7 @@
 
 Run as ``python -m bench.cluster_scale [--nodes 100,500] [--pods 1000] [--layouts full,mig]
 [--deadline S]`` from the repository root. For each node count and layout, on a fresh control
-plane (``e2e.cluster.LocalCluster``: etcd, kube-apiserver, kube-scheduler, and
+plane (``testkit.cluster.LocalCluster``: etcd, kube-apiserver, kube-scheduler, and
 kube-controller-manager for the resourceclaim controller; every DRA feature gate on; no
 kubelets, nodes are Node objects as in scheduler_perf):
 

@@ -1,9 +1,9 @@
 """REST calls to the bench's API server over kept-alive HTTPS connections, a watch stream, and /metrics.
 
 Used by every other module of ``bench.cluster_scale`` (nodes, pods, classes, bindings, write counts).
-``e2e.cluster.LocalCluster.api`` opens a new TLS connection per call; creating 1,000 pods from
+``testkit.cluster.LocalCluster.api`` opens a new TLS connection per call; creating 1,000 pods from
 several threads that way would make the bench's own handshakes a cost the scheduler competes with,
-so each thread keeps one connection here. Errors are ``e2e.cluster.ApiError`` as there.
+so each thread keeps one connection here. Errors are ``testkit.cluster.ApiError`` as there.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from e2e.cluster import ApiError
+from testkit.cluster import ApiError
 
 JSON = "application/json"
 

@@ -21,7 +21,7 @@ from bench.cluster_scale.fleet import LAYOUTS
 from bench.cluster_scale.report import Scenario, machine_facts, report
 from bench.cluster_scale.run import log_dir_for, run_scenario, say
 from bench.peer.guard import BenchTimeout, Guard
-from e2e.cluster import ClusterError
+from testkit.cluster import ClusterError
 
 
 def _ints(text: str) -> list[int]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from e2e.cluster import LocalCluster
+from testkit.cluster import LocalCluster
 
 CONTROLLERS = ("resourceclaim-controller",)
 SCHEDULER_PERF_QPS = 5000

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.cluster_scale.explain_probe import ExplainTiming
 from bench.cluster_scale.writes import resource_total
-from e2e.cluster import K8S_VERSION
+from testkit.cluster import K8S_VERSION
 
 # test/integration/scheduler_perf/dra/performance-config.yaml, SchedulingWithResourceClaimTemplate
 # and SteadyStateClusterResourceClaimTemplate at 500 nodes, 10 devices per node: 40-70 pods/s

@@ -23,7 +23,7 @@ import yaml
 
 from bench.cluster_scale.api import Api, Watch
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
-from e2e.cluster import ApiError
+from testkit.cluster import ApiError
 
 NS = "bench"
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 def device_classes() -> tuple[list[dict[str, Any]], str]:
     """The chart's DeviceClasses (rendered by Helm if it is built) and where they came from."""
-    from e2e.helm_cli import Helm, HelmError, by_kind
+    from testkit.helm_cli import Helm, HelmError, by_kind
 
     try:
         with tempfile.TemporaryDirectory(prefix="dra-gpu-bench-helm-") as home:

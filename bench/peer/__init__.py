@@ -1,10 +1,10 @@
 """Benchmark: dra-gpu's kubelet plugin side by side with the Go reference driver, in one run.
 
 Run by ``make bench`` (``python -m bench.peer`` from the repository root). Starts etcd +
-kube-apiserver (``e2e.cluster.LocalCluster``), then for each of ``--runs`` runs starts both
+kube-apiserver (``testkit.cluster.LocalCluster``), then for each of ``--runs`` runs starts both
 drivers with fresh state dirs on one node ``node-a`` -- dra-gpu's plugin with 8 fake H100s
-(``e2e.plugin_process.PluginProcess``) and the peer, kubernetes-sigs/dra-example-driver's kubelet
-plugin with 8 fake GPUs (``e2e.peer_process``, built from ``../shared/peers/`` once and cached) --
+(``testkit.plugin_process.PluginProcess``) and the peer, kubernetes-sigs/dra-example-driver's kubelet
+plugin with 8 fake GPUs (``testkit.peer_process``, built from ``../shared/peers/`` once and cached) --
 and measures both with one gRPC client (the DRA v1 stubs in ``proto/dra/v1``):
 
 * start: spawn until a NodePrepareResources with zero claims answers on the DRA socket, and

@@ -18,8 +18,8 @@ import bench.peer
 from bench.peer.guard import BenchTimeout
 from bench.peer.measure import Figures
 from bench.peer.run import run_bench
-from e2e.cluster import ApiError
-from e2e.peer_process import PeerBinary, PeerUnavailable, peer_binary
+from testkit.cluster import ApiError
+from testkit.peer_process import PeerBinary, PeerUnavailable, peer_binary
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,9 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from e2e.peer_process import PEER_DRIVER, PeerProcess
-from e2e.plugin_process import PluginProcess
-from tests.claimdata import DRIVER as OUR_DRIVER
+from testkit.claimdata import DRIVER as OUR_DRIVER
+from testkit.peer_process import PEER_DRIVER, PeerProcess
+from testkit.plugin_process import PluginProcess
 
 NODE = "node-a"
 ROOT = Path(__file__).resolve().parents[2]

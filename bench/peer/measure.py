@@ -18,9 +18,9 @@ from typing import Any
 
 from bench.peer.client import DraClient, Ref, socket_answers
 from bench.peer.drivers import GPUS, NODE, START_TIMEOUT_S, Driver
-from e2e.cluster import LocalCluster
-from tests.claimdata import DRIVER as OUR_DRIVER
-from tests.integration.claims import create_allocated_claim
+from testkit.claimdata import DRIVER as OUR_DRIVER
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
 
 ADMIN_NS = "bench-admin"  # labelled so that the API server accepts admin-access allocations
 

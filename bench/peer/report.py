@@ -16,8 +16,8 @@ from pathlib import Path
 import grpc
 
 from bench.peer.measure import Figures
-from e2e.cluster import K8S_VERSION
-from e2e.peer_process import PeerBinary
+from testkit.cluster import K8S_VERSION
+from testkit.peer_process import PeerBinary
 
 
 def pct(values: Sequence[float], p: float) -> float:

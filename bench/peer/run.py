@@ -17,8 +17,8 @@ from bench.peer.drivers import NODE, Driver, GoPeer, OurDriver, compile_bytecode
 from bench.peer.guard import Guard
 from bench.peer.measure import ADMIN_NS, Figures, claim_specs, create_claims, latency, measure_start, proc_status_kib
 from bench.peer.report import machine_facts, report
-from e2e.cluster import LocalCluster
-from e2e.peer_process import PeerBinary
+from testkit.cluster import LocalCluster
+from testkit.peer_process import PeerBinary
 
 
 def run_bench(

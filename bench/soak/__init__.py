@@ -3,8 +3,8 @@
 Run by ``make soak`` (``python -m bench.soak`` from the repository root; ``--help`` for the knobs).
 Not part of ``make test``: it runs for minutes and is meant to be read, like ``make bench``.
 
-What runs: a real etcd + kube-apiserver (``e2e.cluster.LocalCluster``) with Node ``node-a``, and
-the real ``dra-gpu-kubelet-plugin`` daemon (``e2e.plugin_process.PluginProcess``) on fake H100s
+What runs: a real etcd + kube-apiserver (``testkit.cluster.LocalCluster``) with Node ``node-a``, and
+the real ``dra-gpu-kubelet-plugin`` daemon (``testkit.plugin_process.PluginProcess``) on fake H100s
 with dynamic MIG, so every MIG slice is carved in the MIG simulator's state file
 (``<plugin dir>/fake-gpus/mig-state.json``), which outlives the plugin like a real GPU's state.
 

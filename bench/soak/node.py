@@ -17,9 +17,9 @@ from dra_driver.cli.main import inventory_slices
 from dra_driver.core.checkpoint import CheckpointError, decode
 from dra_driver.core.mig import MigInstance, MigStrategy
 from dra_driver.mig_backends.sim import load_instances, load_modes
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import PluginProcess
-from tests.claimdata import DRIVER
+from testkit.claimdata import DRIVER
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import PluginProcess
 
 
 class SoakNode:

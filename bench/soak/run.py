@@ -17,8 +17,8 @@ import bench.soak
 from bench.soak.chaos import Chaos
 from bench.soak.model import KUBELET_DEADLINE_S, NODE, PROFILE, Options
 from bench.soak.traffic import Traffic
-from e2e.cluster import ClusterError, LocalCluster
-from e2e.plugin_process import PluginProcess
+from testkit.cluster import ClusterError, LocalCluster
+from testkit.plugin_process import PluginProcess
 
 
 class Soak(Traffic, Chaos):

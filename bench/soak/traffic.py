@@ -14,9 +14,9 @@ import grpc
 from bench.soak.checks import Checks
 from bench.soak.model import NAMESPACE, NODE, Claim
 from dra_driver.core.mig import MigInstance
-from e2e.cluster import ApiError
-from tests.claimdata import DRIVER
-from tests.integration.claims import create_allocated_claim
+from testkit.claimdata import DRIVER
+from testkit.claims import create_allocated_claim
+from testkit.cluster import ApiError
 
 
 class Traffic(Checks):

@@ -3,7 +3,7 @@
 Attribute names and types follow NVIDIA's DRA driver (only the domain differs), so users' CEL
 selectors port by changing ``gpu.nvidia.com`` to this driver's name. Called by the inventory
 CLI, the ResourceSlice publisher and the kubelet plugin (to know which devices exist).
-Pinned by the snapshot tests in ``tests/unit/test_schema.py``.
+Pinned by the snapshot tests in ``tests/unit/core/test_schema.py``.
 """
 
 from __future__ import annotations

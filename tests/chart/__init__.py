@@ -1,1 +1,1 @@
-"""Tests of the Helm chart (deploy/helm/dra-gpu) as Helm renders it."""
+

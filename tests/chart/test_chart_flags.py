@@ -17,8 +17,8 @@ import pytest
 
 from controller.settings import FLAGS as CONTROLLER_FLAGS
 from dra_driver.appkit.flag_table import FLOAT, FLOAT_TEXT, INT, INT_TEXT, Flag, FlagTable
-from e2e.helm_cli import CHART, Helm, env_of
 from kubelet_plugin.settings import FLAGS as PLUGIN_FLAGS
+from testkit.helm_cli import CHART, Helm, env_of
 from webhook.settings import FLAGS as WEBHOOK_FLAGS
 
 TABLES: dict[str, FlagTable[Any]] = {t.prog: t for t in (PLUGIN_FLAGS, CONTROLLER_FLAGS, WEBHOOK_FLAGS)}

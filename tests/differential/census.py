@@ -2,7 +2,7 @@
 
 ``python -m tests.differential.census [--release v1.36.3] [--examples N] [--seed S] [--show K]``
 runs ``N`` allocation cases of ``allocations.py`` (and ``N`` selector cases of ``selectors.py``)
-through the release's celdiff (built by ``e2e/build.sh``; default: ``e2e/K8S_VERSION``) and through
+through the release's celdiff (built by ``testkit/go/build.sh``; default: ``testkit/go/K8S_VERSION``) and through
 ``oracle.python_allocate`` / ``python_selector``, and prints how many agreed and disagreed, by the Go
 outcome, with the first ``K`` disagreements (a case Go answers differently when asked again, by
 map order, is counted apart). Unlike the tests it does not stop at the first
@@ -20,10 +20,10 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from e2e.cluster import K8S_VERSION, minor_of
-from tests.differential.allocations import allocation_cases
+from testkit.cluster import K8S_VERSION, minor_of
+from testkit.oracle.allocations import allocation_cases
+from testkit.oracle.oracle import Celdiff, exact_quantities, python_allocate, python_selector, selector_case
 from tests.differential.coverage import features, outcome
-from tests.differential.oracle import Celdiff, exact_quantities, python_allocate, python_selector, selector_case
 from tests.differential.selectors import selector_cases
 
 RETRIES = 8  # more asks of a case Go and dra-gpu disagree on

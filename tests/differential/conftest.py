@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from testkit.oracle.oracle import Celdiff
 from tests.differential import coverage
-from tests.differential.oracle import Celdiff
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,9 @@
 """Allocation cases written by hand, outside the generator: where `dra-gpu explain` once disagreed with the scheduler.
 
-Each builder returns a celdiff ``allocate`` case (``tests.differential.oracle.allocate_case``) and
+Each builder returns a celdiff ``allocate`` case (``testkit.oracle.oracle.allocate_case``) and
 the scheduler's answer to it: the allocation as (request, pool, device) triples, or its error
 (``{"outcome": "error", "class": ..., "message": ...}``); :func:`shape` puts an answer in that
-form. Used by ``tests/unit/test_allocator_edges.py`` (the simulator alone) and
+form. Used by ``tests/unit/schedsim/test_allocator_edges.py`` (the simulator alone) and
 ``tests/differential/test_allocation_edges.py`` (the same cases through the Go allocator).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from dra_driver.core.schema import ATTR_NUMA_NODE, ATTR_PCIE_ROOT, node_devices
 from dra_driver.sources.fake import FakeGpuSource
-from tests.differential.oracle import allocate_case
+from testkit.oracle.oracle import allocate_case
 
 GPU = "gpu.dra-gpu.dev"
 NIC = "nic.example.com"

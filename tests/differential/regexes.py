@@ -13,7 +13,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests.differential.devices import Draw, T, cel_string
+from testkit.oracle.devices import Draw, T, cel_string
 
 REGEXES = (
     "^NVIDIA",

@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests.differential.devices import (
+from testkit.oracle.devices import (
     BAD_QUANTITIES,
     BAD_VERSIONS,
     DRIVERS,

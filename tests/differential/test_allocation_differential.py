@@ -13,10 +13,10 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 
+from testkit.oracle.allocations import allocation_cases
+from testkit.oracle.corpus import chart_classes, demo_workloads, inventory
+from testkit.oracle.oracle import Celdiff, allocate_case, exact_quantities, python_allocate
 from tests.differential import coverage
-from tests.differential.allocations import allocation_cases
-from tests.differential.corpus import chart_classes, demo_workloads, inventory
-from tests.differential.oracle import Celdiff, allocate_case, exact_quantities, python_allocate
 
 ALLOCATION_EXAMPLES = 1000
 GENERATED = settings(

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from testkit.oracle.oracle import Celdiff, exact_quantities, python_allocate
 from tests.differential import edges
-from tests.differential.oracle import Celdiff, exact_quantities, python_allocate
 
 
 @pytest.mark.parametrize("name", sorted(edges.CASES))

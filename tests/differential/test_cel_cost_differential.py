@@ -1,6 +1,6 @@
 """Selector cost against the real cel-go: the API server's estimate and the scheduler's actual cost.
 
-Each case goes to celdiff as a ``cost`` case (``e2e/cmd/celdiff/cost.go``): Go compiles the
+Each case goes to celdiff as a ``cost`` case (``testkit/go/cmd/celdiff/cost.go``): Go compiles the
 expression as the API server compiles a new selector (``NewExpressions``, cost estimation on) and
 evaluates it as the scheduler does on the device (``EvalDetails.ActualCost``, also when the cost
 limit cancels it). dra-gpu must give the same estimate (or refuse to compile it likewise), and
@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from dra_driver.schedsim.cel import CelCompileError, CelRuntimeError, compile_selector
 from dra_driver.schedsim.cel.compiler import CompileError, compile_expression
-from tests.differential.corpus import DRIVER, chart_class_selectors, corpus_devices, demo_selectors
-from tests.differential.oracle import Celdiff, python_selector, release_rules, selector_case
+from testkit.oracle.corpus import DRIVER, chart_class_selectors, corpus_devices, demo_selectors
+from testkit.oracle.oracle import Celdiff, python_selector, release_rules, selector_case
 from tests.differential.selectors import selector_cases
 
 GENERATED_EXAMPLES = 600

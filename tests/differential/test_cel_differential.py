@@ -13,8 +13,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 
-from tests.differential.corpus import DRIVER, chart_class_selectors, corpus_devices, demo_selectors
-from tests.differential.oracle import Celdiff, python_selector, selector_case
+from testkit.oracle.corpus import DRIVER, chart_class_selectors, corpus_devices, demo_selectors
+from testkit.oracle.oracle import Celdiff, python_selector, selector_case
 from tests.differential.selectors import regex_cases, selector_cases
 
 SELECTOR_EXAMPLES = 2000

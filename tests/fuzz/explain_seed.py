@@ -17,7 +17,7 @@ from typing import Any
 from dra_driver.cli.explain import load_objects
 from dra_driver.cli.main import inventory_slices
 from dra_driver.core.mig import MigStrategy
-from tests.differential.corpus import chart_classes
+from testkit.oracle.corpus import chart_classes
 
 DRIVER = "gpu.dra-gpu.dev"
 NET = "net.example.com"

@@ -29,7 +29,7 @@ from dra_driver.kube.connection import ApiConnection
 from dra_driver.kube.explain_api import KubeExplainApi
 from dra_driver.kube.rest import KubeApiError
 from dra_driver.kube.slices_api import KubeSliceApi
-from tests.claimdata import allocated_claim
+from testkit.claimdata import allocated_claim
 from tests.fuzz import harness
 
 STATUS_LINES = (

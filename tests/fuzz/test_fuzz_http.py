@@ -25,9 +25,9 @@ from structlog.testing import capture_logs
 
 from dra_driver.obs.http_server import Limits
 from dra_driver.obs.metrics import METRICS_LIMITS, MetricsServer, PluginMetrics, new_registry, serve_metrics
+from testkit.admission import DRIVER, GOOD, body, claim_obj, request
+from testkit.webhookcerts import Certs, make_certs
 from tests.fuzz import harness
-from tests.unit.test_webhook import DRIVER, GOOD, body, claim_obj, request
-from tests.webhookcerts import Certs, make_certs
 from webhook.admission import VALIDATE_PATH
 from webhook.server import REVIEW_LIMITS, TlsFiles, WebhookServer
 

@@ -27,7 +27,7 @@ from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servicer import DraV1Servicer, add_dra_services
 from kubelet_plugin.sockets import unix_server
 from proto.dra.v1 import api_pb2 as v1
-from tests.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.claimdata import DRIVER, allocated_claim, new_uid
 from tests.fuzz import harness
 from tests.unit.kubelet_plugin.device_states import new_device_state
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import PluginProcess
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import PluginProcess
 
 
 @pytest.fixture(scope="session")
 def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """etcd + kube-apiserver built from source (e2e/build.sh), shared by the session."""
+    """etcd + kube-apiserver built from source (testkit/go/build.sh), shared by the session."""
     with LocalCluster(log_dir=tmp_path_factory.mktemp("k8s-logs")) as c:
         c.add_node("node-a")
         yield c

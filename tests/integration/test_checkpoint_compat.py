@@ -40,10 +40,10 @@ from dra_driver.core.checkpoint import API_VERSION, KNOWN_VERSIONS
 from dra_driver.mig_backends.sim import load_instances, load_modes
 from dra_driver.sharing_backends.sim import read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import ROOT, PluginProcess
-from tests.claimdata import DRIVER
-from tests.integration.claims import create_allocated_claim
+from testkit.claimdata import DRIVER
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import ROOT, PluginProcess
 
 RELEASE_FILE = Path(__file__).with_name("PREVIOUS_RELEASE")
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import PluginProcess
-from tests.claimdata import DRIVER, allocated_claim
+from testkit.claimdata import DRIVER, allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import PluginProcess
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 OTHER_DRIVER = "nic.example.com"

@@ -7,7 +7,7 @@ command as a real process (``python -m dra_driver.cli.main``) once per machine-r
 offers (``-o json``, ``-o yaml``; once with its default output when it offers none), in a
 situation that makes the code under it log where one exists: ``inventory --nvml`` on GPUs whose
 NUMA node sysfs does not know (a stand-in ``pynvml`` module, so ``numa_node_omitted`` is logged),
-``explain`` and ``top`` live against a stand-in API server (``bench.gpu_check.apiserver``), ``top``
+``explain`` and ``top`` live against a stand-in API server (``testkit.gpu_check.apiserver``), ``top``
 with one plugin it cannot read. The whole stdout must parse as the format (``json.loads``, YAML's
 loader over every document), hold no log line, and the expected log events must be on stderr.
 """
@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 import yaml
 
-from bench.gpu_check.apiserver import StandInApiServer
 from dra_driver.cli.main import build_parser, inventory_slices
 from dra_driver.core.health import HealthBook, dumps, unreadable_record_book
 from dra_driver.files.health_store import HEALTH_FILE
 from dra_driver.obs.usage_metrics import IDLE, MEMORY, UTILIZATION
+from testkit.gpu_check.apiserver import StandInApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = "gpu.dra-gpu.dev"

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import PluginProcess
-from tests.claimdata import DRIVER
-from tests.fake_driver import HOST_DEBIAN, VERSION, Builder, install_driver
-from tests.integration.claims import create_allocated_claim
+from testkit.claimdata import DRIVER
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.fake_driver import HOST_DEBIAN, VERSION, Builder, install_driver
+from testkit.plugin_process import PluginProcess
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()
 READ_ONLY = ["ro", "nosuid", "nodev", "bind"]

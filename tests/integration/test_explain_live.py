@@ -1,10 +1,10 @@
-"""``dra-gpu explain NAME`` against a real kube-apiserver (``e2e.cluster.LocalCluster``).
+"""``dra-gpu explain NAME`` against a real kube-apiserver (``testkit.cluster.LocalCluster``).
 
 The cluster holds what a node publishes (``dra-gpu inventory`` slices for two nodes, created as
 the publisher would), a DeviceClass, a claim already allocated to the first GPU, and pods whose
 claims come from templates and from a named claim. Explain reads all of it live and must give
 the allocation the scheduler would make, a reason for the pod that cannot be satisfied, and the
-CEL error of the selector that fails. Needs etcd and kube-apiserver from ``e2e/build.sh``.
+CEL error of the selector that fails. Needs etcd and kube-apiserver from ``testkit/go/build.sh``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from dra_driver.cli.main import inventory_slices
-from e2e.cluster import LocalCluster
+from testkit.cluster import LocalCluster
 
 DRIVER = "explain.dra-gpu.dev"  # its own driver: other tests publish gpu.dra-gpu.dev for node-a
 NS = "explain-live"

@@ -1,7 +1,7 @@
 """``make gpu-check`` proven before it meets a GPU: its self-test on fake GPUs, its failures, and its "did not run".
 
 ``scripts/gpu_check.py --fake-gpus h100x8`` runs the same flow as on a GPU machine
-(``bench.gpu_check.flow``): the real plugin process against the stand-in API server over HTTPS,
+(``testkit.gpu_check.flow``): the real plugin process against the stand-in API server over HTTPS,
 the kubelet's gRPC calls over the plugin's sockets, the claim's CDI spec, ``/metrics`` read for
 the claim's utilization and idle clock, unprepare, shutdown. Only the read-only NVML scripts and
 the CUDA workload are skipped, by design (the fake GPUs' usage script gives the load). The report
@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_check.flow import NAMESPACE, STEPS
-from bench.gpu_check.workload import can_namespace
 from dra_driver.core.cdi import cdi_device_id, env_prefix
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
+from testkit.gpu_check.flow import NAMESPACE, STEPS
+from testkit.gpu_check.workload import can_namespace
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_check.py"
@@ -130,7 +130,7 @@ m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
 m.GPU_NODE = Path(sys.argv[2])
 rc = m.main([])
-loaded = sorted(n for n in sys.modules if n.startswith(("bench.gpu_check.", "kubelet_plugin", "grpc")))
+loaded = sorted(n for n in sys.modules if n.startswith(("testkit.gpu_check.", "kubelet_plugin", "grpc")))
 print(json.dumps({"rc": rc, "loaded": loaded}), file=sys.stderr)
 """
 

@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 
 from dra_driver.obs.http_server import ACCEPT_BACKLOG, LOOP_FDS
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import ROOT, PluginProcess
-from tests.integration.claims import create_allocated_claim
-from tests.unit.test_webhook import DRIVER, GOOD, body, claim_obj, request
-from tests.webhookcerts import Certs, make_certs
+from testkit.admission import DRIVER, GOOD, body, claim_obj, request
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import ROOT, PluginProcess
+from testkit.webhookcerts import Certs, make_certs
 from webhook.admission import VALIDATE_PATH
 from webhook.server import PARSE_BUDGET_BYTES, review_cost
 

@@ -21,9 +21,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from dra_driver.obs.ports import is_every_address
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import ROOT, PluginProcess
-from tests.webhookcerts import make_certs
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import ROOT, PluginProcess
+from testkit.webhookcerts import make_certs
 from webhook.main import parse as parse_webhook
 from webhook.main import serve as serve_webhook
 

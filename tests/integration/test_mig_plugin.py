@@ -24,11 +24,11 @@ import pytest
 from dra_driver.core.mig import MigInstance
 from dra_driver.mig_backends.sim import load_instances, load_modes
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import ROOT, PluginProcess
 from kubelet_plugin.prepare.faults import PREPARE_POINTS, UNPREPARE_POINTS
-from tests.claimdata import DRIVER
-from tests.integration.claims import create_allocated_claim
+from testkit.claimdata import DRIVER
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import ROOT, PluginProcess
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()
 MIG_ARGS = ("--mig", "dynamic", "--fake-mig-latency", "zero", "--gc-interval", "0")

@@ -17,9 +17,9 @@ from typing import Any
 import grpc
 import pytest
 
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import ROOT, PluginProcess
-from tests.claimdata import DRIVER
+from testkit.claimdata import DRIVER
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import ROOT, PluginProcess
 
 HEALTH_ARGS = ("--health-check-interval", "0.3", "--gc-interval", "0")
 SLICES = "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={node}"

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import PluginProcess
 from kubelet_plugin.prepare.requests import LOOKUP_BUDGET_S
-from tests.integration.claims import create_allocated_claim
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import PluginProcess
 
 
 class HungServer:

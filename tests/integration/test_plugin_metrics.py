@@ -24,9 +24,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import ROOT, PluginProcess
-from tests.integration.claims import create_allocated_claim
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import ROOT, PluginProcess
 
 MIG_ARGS = ("--mig", "dynamic", "--fake-mig-latency", "zero", "--gc-interval", "0")
 

@@ -15,13 +15,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import PluginProcess
 from kubelet_plugin.prepare.faults import POINTS
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1beta1 import api_pb2 as v1beta1
-from tests.claimdata import DRIVER
-from tests.integration.claims import create_allocated_claim
+from testkit.claimdata import DRIVER
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import PluginProcess
 
 
 def name() -> str:

@@ -16,9 +16,9 @@ import sys
 import uuid
 from pathlib import Path
 
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import ROOT, PluginProcess
-from tests.claimdata import allocated_claim
+from testkit.claimdata import allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import ROOT, PluginProcess
 from tests.integration.test_plugin_health import wait_for
 from tests.integration.test_plugin_metrics import Series, scrape
 

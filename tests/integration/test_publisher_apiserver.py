@@ -1,4 +1,4 @@
-"""The ResourceSlice publisher against a real kube-apiserver (``e2e.cluster.LocalCluster``).
+"""The ResourceSlice publisher against a real kube-apiserver (``testkit.cluster.LocalCluster``).
 
 Aspects: a fake h100x8 node's pool is accepted with exact devices and pool fields; a deleted
 slice comes back within seconds; steady state makes no writes; a device change bumps the
@@ -6,7 +6,7 @@ generation; a 200-device pool spans two slices; counter sets get their own slice
 disabled feature gate drops are reported once, without endless rewrites; the
 ``dra-gpu-controller`` app publishes and exits 0 on SIGTERM; ``run`` stops promptly.
 
-Needs the binaries from ``e2e/build.sh`` (etcd, kube-apiserver; ``make test`` builds them); without
+Needs the binaries from ``testkit/go/build.sh`` (etcd, kube-apiserver; ``make test`` builds them); without
 them the tests fail with the message saying so, they are never skipped.
 """
 
@@ -32,7 +32,7 @@ from dra_driver.core.schema import Attr, DeviceSpec, node_devices
 from dra_driver.kube.client import load_api_client
 from dra_driver.kube.slices_api import KubeApiError, KubeSliceApi
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import LocalCluster
+from testkit.cluster import LocalCluster
 
 DRIVER = DEFAULT_DRIVER_NAME
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"

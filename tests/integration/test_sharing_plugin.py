@@ -19,10 +19,10 @@ import pytest
 
 from dra_driver.sharing_backends.sim import read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
-from e2e.cluster import LocalCluster
-from e2e.plugin_process import PluginProcess
-from tests.claimdata import DRIVER
-from tests.integration.claims import create_allocated_claim
+from testkit.claimdata import DRIVER
+from testkit.claims import create_allocated_claim
+from testkit.cluster import LocalCluster
+from testkit.plugin_process import PluginProcess
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()
 ARGS = ("--gc-interval", "0")

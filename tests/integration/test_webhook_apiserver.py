@@ -29,12 +29,12 @@ from typing import Any
 import pytest
 
 from dra_driver.core.config import API_VERSION
-from e2e.cluster import ApiError, LocalCluster, free_port
-from e2e.helm_cli import CHART, RELEASE, Helm
-from e2e.plugin_process import PluginProcess
-from tests.claimdata import DRIVER
-from tests.integration.claims import create_allocated_claim
-from tests.webhookcerts import Certs, make_certs
+from testkit.claimdata import DRIVER
+from testkit.claims import create_allocated_claim
+from testkit.cluster import ApiError, LocalCluster, free_port
+from testkit.helm_cli import CHART, RELEASE, Helm
+from testkit.plugin_process import PluginProcess
+from testkit.webhookcerts import Certs, make_certs
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK = "claim-parameters.resource.dra-gpu.dev"  # the chart's webhook name

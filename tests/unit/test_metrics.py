@@ -53,13 +53,13 @@ from kubelet_plugin.servicer import DraV1beta1Servicer, DraV1Servicer, MetricsSl
 from kubelet_plugin.settings import parse as parse_plugin
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1beta1 import api_pb2 as v1beta1
-from tests.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.admission import GOOD, MAGIC, body, claim_obj, request
+from testkit.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.webhookcerts import make_certs
 from tests.unit.kubelet_plugin.device_states import Claims, new_device_state
 from tests.unit.kubelet_plugin.prepare.test_state import make_state
 from tests.unit.kubelet_plugin.prepare.test_state_failclosed import GPUS, Node, mig_claim, prepared_pair
 from tests.unit.kubelet_plugin.prepare.test_state_failclosed import Claims as MigClaims
-from tests.unit.test_webhook import GOOD, MAGIC, body, claim_obj, request
-from tests.webhookcerts import make_certs
 from webhook.admission import VALIDATE_PATH
 from webhook.main import WebhookSettings, serve
 from webhook.main import parse as parse_webhook

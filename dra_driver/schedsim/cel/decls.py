@@ -8,7 +8,7 @@ comprehension extensions, the Kubernetes quantity, semver, regex, lists, URL, IP
 authorization libraries, and DRA's ``includes``, each overload with its id, call style,
 argument types (receiver first), result type and type parameters, in declaration order (the
 first overload that matches gives a call its result type). It was read off the environment the
-``e2e/cmd/celdiff`` program builds. Everything is declared, so type-checking agrees everywhere;
+``testkit/go/cmd/celdiff`` program builds. Everything is declared, so type-checking agrees everywhere;
 ``library.py`` implements what a device selector can use, and the rest fails at run time saying
 dra-gpu does not support it (timestamps, durations, URLs, IPs, CIDRs, formats, authorization).
 """

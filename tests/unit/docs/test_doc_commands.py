@@ -1,10 +1,10 @@
 """Every ``dra-gpu`` command the docs show parses, and the ones that need no cluster run and print
 what the doc shows.
 
-Found by tests/docs_examples.py in the ```console (``$ `` lines, their output under them), ```sh
+Found by testkit/docs_examples.py in the ```console (``$ `` lines, their output under them), ```sh
 and ```bash blocks of README.md, docs/**/*.md and demo/**/*.md, spelled ``dra-gpu``,
 ``.venv/bin/dra-gpu`` or ``kubectl dra-gpu``. Whether a command can run here is decided by its
-subcommand (``tests.docs_examples.needs``): ``inventory`` (not ``--nvml``) and ``explain -f ...
+subcommand (``testkit.docs_examples.needs``): ``inventory`` (not ``--nvml``) and ``explain -f ...
 --slices ...`` run (exit 0; explain's 1, "not allocatable", is an answer too), each block's
 commands in order in one directory where demo/ and the rest of the checkout resolve (so
 ``> slices.yaml`` then ``--slices slices.yaml`` work); the first two words of each output line the
@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 
 from dra_driver.cli.main import build_parser
-from tests.docs_examples import (
+from testkit.docs_examples import (
     REPO,
     ShownCommand,
     cli_env,

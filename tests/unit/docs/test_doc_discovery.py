@@ -1,4 +1,4 @@
-"""What tests/docs_examples.py finds in a sample tree: YAML examples and fragments, dra-gpu commands.
+"""What testkit/docs_examples.py finds in a sample tree: YAML examples and fragments, dra-gpu commands.
 
 The docs tests (test_doc_links.py, test_doc_commands.py, e2e/test_doc_examples.py) rely on this
 discovery; here it is checked on files written for the purpose, so a change to the real docs cannot
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.docs_examples import needs, shown_commands, yaml_examples
+from testkit.docs_examples import needs, shown_commands, yaml_examples
 
 PAGE = """# Guide
 

@@ -4,14 +4,14 @@ to hyphens, a repeated heading's anchor suffixed -1, -2, ...). URLs are not fetc
 
 Also the docs' fragment markers (``<!-- example: fragment -->``, docs/development/docs-conventions.md):
 each stands on the line right before a fence, so none is left behind when a block moves.
-The Markdown is parsed with markdown-it-py (tests/docs_examples.py); no cluster, no network.
+The Markdown is parsed with markdown-it-py (testkit/docs_examples.py); no cluster, no network.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.docs_examples import REPO, anchors, broken, fences, fragment_markers, github_slug, links, markdown_files, rel
+from testkit.docs_examples import REPO, anchors, broken, fences, fragment_markers, github_slug, links, markdown_files, rel
 
 
 def test_every_relative_link_and_anchor_resolves() -> None:

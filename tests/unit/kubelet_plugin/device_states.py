@@ -19,7 +19,7 @@ from dra_driver.sharing_backends.sim import SimulatedSharing
 from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.prepare.requests import ClaimReader, ClaimRef
 from kubelet_plugin.prepare.state import DeviceState
-from tests.claimdata import DRIVER
+from testkit.claimdata import DRIVER
 
 
 class Claims:

@@ -14,7 +14,7 @@ from dra_driver.files.checkpoint_store import Notice
 from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.driver_userspace import EVENT_REASON, driver_supply
 from kubelet_plugin.settings import parse
-from tests.fake_driver import HOST_DEBIAN, VERSION, Builder, install_driver
+from testkit.fake_driver import HOST_DEBIAN, VERSION, Builder, install_driver
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()
 BASE = ["--node-name", "node-a"]

@@ -13,7 +13,7 @@ from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.servicer import DraV1beta1Servicer, DraV1Servicer
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1beta1 import api_pb2 as v1beta1
-from tests.claimdata import allocated_claim, new_uid
+from testkit.claimdata import allocated_claim, new_uid
 from tests.unit.kubelet_plugin.device_states import Claims, DeviceStateFactory
 
 NO_CONTEXT = cast(grpc.ServicerContext, object())  # the servicers never read the call's context

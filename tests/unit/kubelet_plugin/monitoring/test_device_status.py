@@ -33,7 +33,7 @@ from kubelet_plugin.monitoring.device_status import DeviceStatusReporter, Status
 from kubelet_plugin.prepare.requests import ClaimRef, Outcome
 from kubelet_plugin.servicer import DraV1Servicer
 from proto.dra.v1 import api_pb2 as v1
-from tests.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.claimdata import DRIVER, allocated_claim, new_uid
 from tests.unit.kubelet_plugin.device_states import Claims, DeviceStateFactory
 
 NOW = "2026-11-25T10:00:00Z"

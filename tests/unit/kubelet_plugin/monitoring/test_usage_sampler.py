@@ -30,7 +30,7 @@ from dra_driver.sources.fake_usage import FakeUsageSource
 from dra_driver.sources.fake_usage import main as fake_usage
 from kubelet_plugin.monitoring.pod_notes import PodNotes
 from kubelet_plugin.monitoring.usage import UsageSampler, cdi_spec_mtime, prepared_targets
-from tests.claimdata import DRIVER, allocated_claim
+from testkit.claimdata import DRIVER, allocated_claim
 from tests.unit.kubelet_plugin.device_states import Claims, new_device_state
 
 GIB = 1 << 30

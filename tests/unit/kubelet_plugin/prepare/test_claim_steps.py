@@ -18,7 +18,7 @@ import pytest
 from dra_driver.core import claims as core_claims
 from dra_driver.core import config as core_config
 from kubelet_plugin.prepare.state import DeviceState
-from tests.claimdata import allocated_claim
+from testkit.claimdata import allocated_claim
 from tests.unit.kubelet_plugin.device_states import Claims, DeviceStateFactory
 from tests.unit.kubelet_plugin.prepare.test_state import TIME_SLICED
 from tests.unit.kubelet_plugin.prepare.test_state_failclosed import Claims as MigClaims

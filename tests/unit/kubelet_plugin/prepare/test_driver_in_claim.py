@@ -20,7 +20,7 @@ from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.prepare.mig_ops import MigOps
 from kubelet_plugin.prepare.state import DeviceState
-from tests.claimdata import DRIVER, allocated_claim
+from testkit.claimdata import DRIVER, allocated_claim
 from tests.unit.kubelet_plugin.device_states import Claims, new_device_state
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()

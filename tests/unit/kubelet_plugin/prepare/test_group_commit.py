@@ -21,7 +21,7 @@ from dra_driver.core.checkpoint import Checkpoint, ClaimState
 from dra_driver.files.lock import LockTimeout
 from kubelet_plugin.prepare.group_commit import GroupCommit
 from kubelet_plugin.prepare.state import DeviceState
-from tests.claimdata import DRIVER, allocated_claim
+from testkit.claimdata import DRIVER, allocated_claim
 from tests.unit.kubelet_plugin.device_states import Claims
 from tests.unit.kubelet_plugin.prepare.test_state import TIME_SLICED, cdi_files, make_state
 

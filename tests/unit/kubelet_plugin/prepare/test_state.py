@@ -19,7 +19,7 @@ from dra_driver.sharing_backends.sim import SimulatedSharing, read_sharing_state
 from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.prepare.requests import ClaimRef
 from kubelet_plugin.prepare.state import DeviceState
-from tests.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.claimdata import DRIVER, allocated_claim, new_uid
 from tests.unit.kubelet_plugin.device_states import Claims, DeviceStateFactory, new_device_state
 
 

@@ -27,7 +27,7 @@ from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.prepare.mig_ops import MigOps
 from kubelet_plugin.prepare.requests import ClaimRef, Outcome
 from kubelet_plugin.prepare.state import DeviceState
-from tests.claimdata import DRIVER, allocated_claim, new_uid
+from testkit.claimdata import DRIVER, allocated_claim, new_uid
 from tests.unit.kubelet_plugin.device_states import new_device_state
 
 GPUS = FakeGpuSource("h100x8", "node-a").gpus()

@@ -1,0 +1,1 @@
+"""The demo: its manifests (demo/*.yaml) and its runner (``python -m demo.runner.demo``, what ``make demo`` runs)."""

@@ -1,4 +1,0 @@
-#!/usr/bin/env bash
-# Create a kind cluster with the DRA gates and CDI enabled (needs Docker and kind).
-source "$(dirname "$0")/common.sh"
-kind create cluster --name "$CLUSTER" --image "$KIND_IMAGE" --config "$ROOT/e2e/kind/kind-cluster.yaml" --wait 2m
