@@ -4,7 +4,8 @@
   the site as they do on GitHub: ``docs/x.md`` becomes ``x.md``. In every page, a link to a file
   of the repository outside docs/ (``demo/``, ``deploy/...``, ``CHANGELOG.md``) becomes a link to
   it on the forge when ``repo_url`` is set, else its path in code (the site holds only docs/); a
-  link to README.md becomes the home page.
+  link to README.md becomes the home page. A reference-style definition (``[x]: demo/``) outside
+  docs/ needs ``repo_url`` (a bare path cannot stand there): without it the strict build names it.
 * A folder of docs/ without an ``index.md`` gets one listing its pages, so a link to the folder
   (``docs/guides/``, which GitHub shows as a listing) works in the site too.
 * The navigation is docs/'s folders and files, in ``SECTION_ORDER`` (then any other, by name), each
@@ -31,6 +32,7 @@ SECTION_TITLES = {"perf": "Performance"}
 NEWEST_FIRST = frozenset({"perf"})
 
 _LINK = re.compile(r"(?P<bang>!?)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)(?P<title>\s+\"[^\"]*\")?\)")
+_DEFINITION = re.compile(r"^(?P<lead> {0,3}\[[^\]]+\]:\s*)(?P<target>\S+)", re.MULTILINE)
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
 _EXTERNAL = re.compile(r"^([a-z][a-z0-9+.-]*:|#|/)", re.IGNORECASE)
 
@@ -165,11 +167,27 @@ def rewrite_links(markdown: str, source: str, page: str, repo_url: str | None) -
             resolved + ("/" if path.endswith("/") else ""), f"#{anchor}" if anchor else "", match["text"], repo_url
         )
 
+    def definition(match: re.Match[str]) -> str:
+        """``[label]: target``: rewritten like a link; outside docs/ only with ``repo_url`` (text cannot stand there)."""
+        target = match["target"]
+        if _EXTERNAL.match(target):
+            return match[0]
+        new = rewrite_link(target, source, page)
+        if new is None and repo_url:
+            path, _, anchor = target.partition("#")
+            resolved = posixpath.normpath(posixpath.join(posixpath.dirname(source), path))
+            link = _repository_link(resolved, f"#{anchor}" if anchor else "", "x", repo_url)
+            new = link[link.index("](") + 2 : -1]
+        return match["lead"] + (new or target)
+
+    def both(text: str) -> str:
+        return _DEFINITION.sub(definition, _LINK.sub(one, text))
+
     out, last = [], 0
     for fence in _FENCE.finditer(markdown):
-        out += [_LINK.sub(one, markdown[last : fence.start()]), fence[0]]
+        out += [both(markdown[last : fence.start()]), fence[0]]
         last = fence.end()
-    out.append(_LINK.sub(one, markdown[last:]))
+    out.append(both(markdown[last:]))
     return "".join(out)
 
 

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.core.attribute_docs import ATTRIBUTE_MEANINGS
+from dra_driver.core.event_reasons import EVENT_REASON_MEANINGS
+
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "scripts"))
 
@@ -48,7 +51,7 @@ def test_chart_values_list_list_items_and_defaults() -> None:
 
 
 def test_an_attribute_without_meaning_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(attributes, "ATTRIBUTE_MEANINGS", {k: v for k, v in attributes.ATTRIBUTE_MEANINGS.items() if k != "uuid"})
+    monkeypatch.setattr(attributes, "ATTRIBUTE_MEANINGS", {k: v for k, v in ATTRIBUTE_MEANINGS.items() if k != "uuid"})
     with pytest.raises(ReferenceError, match=r"without a meaning.*uuid"):
         attributes.render()
 
@@ -61,7 +64,7 @@ def test_attributes_seen_on_the_right_devices() -> None:
 
 
 def test_an_event_reason_without_meaning_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    meanings = {k: v for k, v in events.EVENT_REASON_MEANINGS.items() if k != "GpuUnhealthy"}
+    meanings = {k: v for k, v in EVENT_REASON_MEANINGS.items() if k != "GpuUnhealthy"}
     monkeypatch.setattr(events, "EVENT_REASON_MEANINGS", meanings)
     with pytest.raises(ReferenceError, match=r"without a meaning.*GpuUnhealthy"):
         events.render()

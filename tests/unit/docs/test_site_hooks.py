@@ -52,3 +52,10 @@ def test_nav_follows_the_section_order_and_lists_only_what_exists(tmp_path: Path
     names = [next(iter(e)) if isinstance(e, dict) else e for e in nav]
     assert names == ["Concepts", "Guides", "Performance", "limitations.md", "Zzz"]
     assert nav[2]["Performance"] == ["perf/index.md", "perf/2026-02-01-b.md", "perf/2026-01-01-a.md"]
+
+
+def test_reference_definitions_are_rewritten_too() -> None:
+    md = "[h]: docs/guides/x.md#a\n[d]: demo/\n"
+    assert hooks.rewrite_links(md, "README.md", "index.md", None) == "[h]: guides/x.md#a\n[d]: demo/\n"
+    forge = hooks.rewrite_links(md, "README.md", "index.md", "https://example.com/r")
+    assert forge == "[h]: guides/x.md#a\n[d]: https://example.com/r/tree/HEAD/demo\n"
