@@ -122,12 +122,24 @@ def on_files(files: Files, *, config: MkDocsConfig) -> Files:
     return files
 
 
+def _forge_url(path: str, anchor: str, repo_url: str) -> str:
+    """The forge's page of a repository path (``tree`` for a folder, ``blob`` for a file)."""
+    kind = "tree" if path.endswith("/") or (REPO / path).is_dir() else "blob"
+    return f"{repo_url.rstrip('/')}/{kind}/HEAD/{path.rstrip('/')}{anchor}"
+
+
+def _outside(target: str, source: str) -> tuple[str, str]:
+    """The repository path (a folder keeps its ``/``) and ``#anchor`` of a link outside docs/."""
+    path, _, anchor = target.partition("#")
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(source), path))
+    return resolved + ("/" if path.endswith("/") else ""), f"#{anchor}" if anchor else ""
+
+
 def _repository_link(path: str, anchor: str, text: str, repo_url: str | None) -> str:
     if repo_url:
-        kind = "tree" if path.endswith("/") or (REPO / path).is_dir() else "blob"
-        return f"[{text}]({repo_url.rstrip('/')}/{kind}/HEAD/{path.rstrip('/')}{anchor})"
+        return f"[{text}]({_forge_url(path, anchor, repo_url)})"
     shown = f"`{path}`"
-    return shown if text.strip("`") == path.rstrip("/") or text.strip("`") == path else f"{text} ({shown})"
+    return shown if text.strip("`") in (path, path.rstrip("/")) else f"{text} ({shown})"
 
 
 def rewrite_link(target: str, source: str, page: str) -> str | None:
@@ -161,11 +173,7 @@ def rewrite_links(markdown: str, source: str, page: str, repo_url: str | None) -
         new = rewrite_link(target, source, page)
         if new is not None:
             return f"{match['bang']}[{match['text']}]({new}{match['title'] or ''})"
-        path, _, anchor = target.partition("#")
-        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(source), path))
-        return _repository_link(
-            resolved + ("/" if path.endswith("/") else ""), f"#{anchor}" if anchor else "", match["text"], repo_url
-        )
+        return _repository_link(*_outside(target, source), match["text"], repo_url)
 
     def definition(match: re.Match[str]) -> str:
         """``[label]: target``: rewritten like a link; outside docs/ only with ``repo_url`` (text cannot stand there)."""
@@ -174,10 +182,7 @@ def rewrite_links(markdown: str, source: str, page: str, repo_url: str | None) -
             return match[0]
         new = rewrite_link(target, source, page)
         if new is None and repo_url:
-            path, _, anchor = target.partition("#")
-            resolved = posixpath.normpath(posixpath.join(posixpath.dirname(source), path))
-            link = _repository_link(resolved, f"#{anchor}" if anchor else "", "x", repo_url)
-            new = link[link.index("](") + 2 : -1]
+            new = _forge_url(*_outside(target, source), repo_url)
         return match["lead"] + (new or target)
 
     def both(text: str) -> str:

@@ -20,7 +20,7 @@ from dra_driver.core.mig_publish import GpuMigState, publish_node
 from dra_driver.core.schema import STANDARD_DOMAIN, DeviceSpec
 from dra_driver.mig_backends.sim.catalog import product_data
 from dra_driver.sources.fake import PROFILES, FakeGpuSource
-from refdocs.markdown import ReferenceError, cell, code, header, table
+from refdocs.markdown import cell, check_described, code, header, table
 
 DEVICE_KINDS = ("GPU", "GPU shared by capacity", "MIG (static)", "MIG (dynamic)")
 """The kinds of device a node publishes, in the order the page names them."""
@@ -81,15 +81,6 @@ def observe() -> tuple[dict[str, Seen], dict[str, Seen]]:
     return attrs, caps
 
 
-def _check(what: str, seen: Mapping[str, Seen], meanings: Mapping[str, str]) -> None:
-    missing = sorted(set(seen) - set(meanings))
-    if missing:
-        raise ReferenceError(f"published {what} without a meaning in dra_driver/core/attribute_docs.py: {', '.join(missing)}")
-    unused = sorted(set(meanings) - set(seen))
-    if unused:
-        raise ReferenceError(f"dra_driver/core/attribute_docs.py describes {what} nothing publishes: {', '.join(unused)}")
-
-
 def _carried_by(kinds: set[str]) -> str:
     if kinds == set(DEVICE_KINDS):
         return "every device"
@@ -107,8 +98,9 @@ def _rows(seen: Mapping[str, Seen], meanings: Mapping[str, str]) -> list[tuple[s
 def render() -> str:
     """The page."""
     attrs, caps = observe()
-    _check("attributes", attrs, ATTRIBUTE_MEANINGS)
-    _check("capacities", caps, CAPACITY_MEANINGS)
+    table_path = "dra_driver/core/attribute_docs.py"
+    check_described(attrs, ATTRIBUTE_MEANINGS, table_path=table_path, what="published attributes", done="publishes")
+    check_described(caps, CAPACITY_MEANINGS, table_path=table_path, what="published capacities", done="publishes")
     intro = (
         "What every device of a node's ResourceSlices carries, as CEL selectors see it: "
         '`device.attributes["<driver name>"].<name>` (the chart\'s `driverName`, `gpu.dra-gpu.dev` by default), '

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from dra_driver.core.event_reasons import EVENT_REASON_MEANINGS
 from dra_driver.files.checkpoint_store import Notice
-from refdocs.markdown import REPO, ReferenceError, cell, code, header, table
+from refdocs.markdown import REPO, ReferenceError, cell, check_described, code, header, table
 
 PACKAGES = ("kubelet_plugin", "controller", "webhook", "dra_driver")
 EXCLUDED = ("dra_driver/cli",)
@@ -229,12 +229,8 @@ def log_events() -> dict[str, LogEvent]:
 
 def _reason_rows() -> list[tuple[str, str, str, str]]:
     reasons = event_reasons()
-    missing = sorted(set(reasons) - set(EVENT_REASON_MEANINGS))
-    if missing:
-        raise ReferenceError(f"Event reasons without a meaning in dra_driver/core/event_reasons.py: {', '.join(missing)}")
-    unused = sorted(set(EVENT_REASON_MEANINGS) - set(reasons))
-    if unused:
-        raise ReferenceError(f"dra_driver/core/event_reasons.py describes reasons nothing raises: {', '.join(unused)}")
+    table_path = "dra_driver/core/event_reasons.py"
+    check_described(reasons, EVENT_REASON_MEANINGS, table_path=table_path, what="Event reasons", done="raises")
     return [
         (code(r), " or ".join(sorted(reasons[r].types)), ", ".join(sorted(reasons[r].places)), cell(EVENT_REASON_MEANINGS[r]))
         for r in sorted(reasons)

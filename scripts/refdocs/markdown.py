@@ -5,7 +5,7 @@ Called by the page modules of ``scripts/refdocs`` and by ``scripts/gen_reference
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,3 +43,16 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def check_described(found: Collection[str], meanings: Collection[str], *, table_path: str, what: str, done: str) -> None:
+    """Every name ``found`` in the code has an entry in the meanings table at ``table_path``, and every entry is found.
+
+    ``what``: the names' kind (``attributes``); ``done``: what the code does with them (``publishes``).
+    """
+    missing = sorted(set(found) - set(meanings))
+    if missing:
+        raise ReferenceError(f"{what} without a meaning in {table_path}: {', '.join(missing)}")
+    unused = sorted(set(meanings) - set(found))
+    if unused:
+        raise ReferenceError(f"{table_path} describes {what} nothing {done}: {', '.join(unused)}")
