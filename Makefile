@@ -8,14 +8,14 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: all venv k8s images lint check-protos protos unit integration e2e test demo bench bench-scale bench-explain fuzz soak gpu-check clean
+.PHONY: all venv k8s images lint check-protos protos reference docs unit integration e2e test demo bench bench-scale bench-explain fuzz soak gpu-check clean
 
 all: test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e . --group dev --group previous-release
+	$(VENV)/bin/pip install -q -e . --group dev --group previous-release --group docs
 	rm -f $(VENV)/.installed-*; touch $@
 
 venv: $(STAMP)
@@ -54,6 +54,16 @@ check-protos: venv
 	for f in $$(cd $$tmp && find proto -name '*_pb2*'); do \
 	  cmp -s $$tmp/$$f $$f || { echo "stale generated stub $$f: run 'make protos'"; exit 1; }; done; rm -rf $$tmp
 
+# The generated reference pages of docs/reference/ (scripts/gen_reference.py; a unit test fails
+# when a committed page differs from what it prints).
+reference: venv
+	$(VENV)/bin/python scripts/gen_reference.py all
+
+# The docs site (mkdocs.yml: README as home, docs/ as the rest) into site/; --strict fails on a
+# broken link or anchor.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 lint: venv check-protos
 	ruff check .
 	ruff format --check dra_driver controller kubelet_plugin webhook tests scripts bench e2e testkit demo
@@ -72,7 +82,7 @@ e2e: venv images
 	testkit/go/build-matrix.sh --background
 	pytest -q tests/chart e2e
 
-test: venv images lint
+test: venv images lint docs
 	testkit/go/build-matrix.sh --background
 	pytest -q
 
@@ -121,4 +131,4 @@ gpu-check:
 	$(GPU_CHECK_PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

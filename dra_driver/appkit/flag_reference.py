@@ -12,7 +12,7 @@ from typing import Any
 
 from dra_driver.appkit.flag_table import FlagTable
 
-REGENERATE = "python scripts/gen_reference.py flags > docs/reference/flags.md"
+REGENERATE = "python scripts/gen_reference.py flags"
 """The command that rewrites the committed reference."""
 
 

@@ -1,0 +1,36 @@
+"""What each Kubernetes Event reason the daemons record means, and what to do about it. Pure data.
+
+The reasons are written where the Events are raised (``Notice("GpuUnhealthy", ...)`` in the
+kubelet plugin and ``dra_driver.files.checkpoint_store``); this table says what each means for an
+operator. Read by ``scripts/gen_reference.py events``, which finds every reason in the daemons'
+code and fails when one has no entry here, or an entry names a reason nothing raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+EVENT_REASON_MEANINGS: Final[Mapping[str, str]] = {
+    "CheckpointLost": "The plugin's checkpoint and its previous generation were unusable (moved aside). Claims are "
+    "rebuilt from the CDI specs and the MIG instances; nothing is destroyed. Look at the node's disk.",
+    "CheckpointMissing": "checkpoint.json was deleted while a previous generation exists; claims are rebuilt from it, "
+    "the CDI specs and the MIG instances; nothing is destroyed.",
+    "CheckpointRebuilt": "After a lost or missing checkpoint: what the rebuild kept, forgot and adopted, and the MIG "
+    "instances no claim is known to own (kept in place for an administrator).",
+    "CheckpointRecovered": "The checkpoint was unusable (moved aside); the previous generation, which may miss the last "
+    "change, was used. Nothing is destroyed.",
+    "CheckpointTooNew": "The checkpoint was written by a newer plugin (a rollback): this plugin refuses to prepare "
+    "and publishes nothing until the newer version runs again. See the upgrade guide.",
+    "DevicesNotPublished": "The node's ResourceSlices are refused (the API server would drop fields that make the pool "
+    "unsafe, e.g. shared counters without DRAPartitionableDevices): nothing is published, and why.",
+    "DriverUserspaceMissing": "The NVIDIA driver's user-space files were not found under the driver root and some GPUs "
+    "are not in the NVIDIA Container Toolkit's CDI spec: their claims are refused until it is fixed.",
+    "GpuHealthRecordUnreadable": "The plugin's record of GPU health could not be read: every GPU is tainted NoSchedule "
+    "until it is repaired.",
+    "GpuHealthy": "A GPU that was unhealthy is healthy again; its taint is removed.",
+    "GpuUnhealthy": "A GPU became unhealthy (an XID error, ECC, a lost GPU, ...): its devices are tainted, and "
+    "evicted with health.evict on. The message names the device, its UUID and the cause.",
+    "NodeRebooted": "The node's boot id changed: claims prepared before the reboot are prepared afresh.",
+}
+"""Event reason -> what it means (Events are recorded on the Node)."""
