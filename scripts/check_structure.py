@@ -116,7 +116,7 @@ def count_duplicate_pairs(pylint_output: str) -> int:
 
 
 def run_pylint_similarity(root: Path) -> str:
-    """pylint's duplicate-code report over the product packages under root."""
+    """The duplicate-code report of pylint over the product packages under root."""
     packages = [package for package in PRODUCT_PACKAGES if (root / package).is_dir()]
     result = subprocess.run(
         [
