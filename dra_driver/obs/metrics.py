@@ -52,7 +52,8 @@ from prometheus_client.registry import Collector
 from dra_driver.core.checkpoint import ClaimEntry, ClaimState
 from dra_driver.core.health import HealthBook, is_unhealthy
 from dra_driver.obs.claim_errors import CLAIM_ERROR_REASONS, claim_error_reason
-from dra_driver.obs.http_server import Authorize, HttpServer, Limits, Request, RequestHead, Response, TlsSource, text
+from dra_driver.obs.http_server import HttpServer
+from dra_driver.obs.http_types import Authorize, Limits, Request, RequestHead, Response, TlsSource, text
 from dra_driver.obs.ports import IPV6_MISSING, METRICS_FLAGS, bind_host
 
 log = structlog.get_logger(__name__)
