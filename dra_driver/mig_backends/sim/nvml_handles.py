@@ -23,7 +23,8 @@ from dra_driver.mig_backends.sim.nvml_api import (
     NVMLError,
     c_nvmlDevice_t,
 )
-from dra_driver.mig_backends.sim.simulator import MigSimulator, SimError
+from dra_driver.mig_backends.sim.rules import SimError
+from dra_driver.mig_backends.sim.simulator import MigSimulator
 
 
 @dataclass(frozen=True, slots=True)
