@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dra_driver.core.gpu import GpuInfo
+from dra_driver.core.gpu import GpuInfo, nvml_text
 from dra_driver.core.mig import MigCatalog, MigError, MigErrorCode, MigInstance, MigMode, MigProfile, Placement
 
 _CAP_MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
@@ -37,10 +37,6 @@ _NOT_FOUND = 6
 _SUCCESS = 0
 # NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1: drivers report it where it is wrong (reference B11 #7).
 _CI_PROFILE_1_SLICE_REV1 = 7
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def map_nvml_code(code: int) -> MigErrorCode:
@@ -119,7 +115,7 @@ class NvmlMigBackend:
                 raise MigError("catalog", map_nvml_code(int(err.value)), f"GI profile {index}: {err}") from err
             profiles.append(
                 MigProfile(
-                    name=_text(info.name).removeprefix("MIG "),
+                    name=nvml_text(info.name).removeprefix("MIG "),
                     profile_id=int(info.id),
                     slices=int(info.sliceCount),
                     instance_count=int(info.instanceCount),
@@ -178,7 +174,7 @@ class NvmlMigBackend:
                 raise MigError("instances", map_nvml_code(int(err.value)), f"MIG device {index}: {err}") from err
             gi = int(self._call("instances", n.nvmlDeviceGetGpuInstanceId, mig))
             ci = int(self._call("instances", n.nvmlDeviceGetComputeInstanceId, mig))
-            out[(gi, ci)] = _text(self._call("instances", n.nvmlDeviceGetUUID, mig))
+            out[(gi, ci)] = nvml_text(self._call("instances", n.nvmlDeviceGetUUID, mig))
         return out
 
     def _ci_profiles(self, op: str, gi: Any) -> list[Any]:

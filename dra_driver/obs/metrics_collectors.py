@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import ClassVar, Final, Generic, TypeVar
 
 import structlog
 from prometheus_client.core import GaugeMetricFamily
@@ -21,6 +21,7 @@ from dra_driver.core.checkpoint import ClaimEntry, ClaimState
 from dra_driver.core.health import HealthBook, is_unhealthy
 
 log = structlog.get_logger(__name__)
+_S = TypeVar("_S")
 
 DEVICE_KINDS: Final = ("gpu", "mig", "share")
 
@@ -61,28 +62,63 @@ def summarize(claims: Mapping[str, ClaimEntry], mig_devices: Collection[str]) ->
     return PreparedSummary(completed, devices, len(instances), len(daemons))
 
 
-class PreparedClaimsCollector(Collector):
+class ScrapedCollector(Collector, Generic[_S]):
+    """Gauges computed when scraped from a snapshot read without a lock or I/O (``read``); ``describe`` reads nothing.
+
+    A subclass gives ``read`` (the snapshot now), ``empty`` (a snapshot with every series, for the
+    registry's duplicate check), ``families`` (the gauges of a snapshot) and ``unreadable_event``
+    (logged, with nothing collected, when ``read`` fails: a scrape must not take the server down).
+    Also the base of ``dra_driver.obs.usage_metrics.UsageCollector``.
+    """
+
+    unreadable_event: ClassVar[str]
+
+    def read(self) -> _S:
+        """The snapshot now."""
+        raise NotImplementedError
+
+    def empty(self) -> _S:
+        """A snapshot whose gauges name every metric, computed from nothing."""
+        raise NotImplementedError
+
+    def families(self, snapshot: _S) -> Iterator[Metric]:
+        """The gauges of ``snapshot``."""
+        raise NotImplementedError
+
+    def describe(self) -> Iterator[Metric]:
+        """The metric names (for the registry's duplicate check), without reading anything."""
+        yield from self.families(self.empty())
+
+    def collect(self) -> Iterator[Metric]:
+        """The gauges now; nothing (and a log line) when the snapshot cannot be read."""
+        try:
+            snapshot = self.read()
+        except Exception as err:  # noqa: BLE001 - a scrape must not take the HTTP server down
+            log.warning(self.unreadable_event, error=f"{type(err).__name__}: {err}")
+            return
+        yield from self.families(snapshot)
+
+
+class PreparedClaimsCollector(ScrapedCollector[PreparedSummary]):
     """Gauges of the plugin's prepared claims, computed when scraped from ``claims()`` (no lock, no I/O)."""
 
     def __init__(self, claims: Callable[[], Mapping[str, ClaimEntry]], mig_devices: Collection[str]) -> None:
         self._claims = claims
         self._mig_devices = frozenset(mig_devices)
 
-    def describe(self) -> Iterator[Metric]:
-        """The metric names (for the registry's duplicate check), without computing anything."""
-        yield from self._families(PreparedSummary(devices=dict.fromkeys(DEVICE_KINDS, 0)))
+    unreadable_event = "metrics_claims_unreadable"
 
-    def collect(self) -> Iterator[Metric]:
-        """The gauges now; nothing (and a log line) if the claims cannot be read."""
-        try:
-            summary = summarize(self._claims(), self._mig_devices)
-        except Exception as err:  # noqa: BLE001 - a scrape must not take the HTTP server down
-            log.warning("metrics_claims_unreadable", error=f"{type(err).__name__}: {err}")
-            return
-        yield from self._families(summary)
+    def read(self) -> PreparedSummary:
+        """What the claims hold now."""
+        return summarize(self._claims(), self._mig_devices)
 
-    @staticmethod
-    def _families(s: PreparedSummary) -> Iterator[Metric]:
+    def empty(self) -> PreparedSummary:
+        """No claims."""
+        return PreparedSummary(devices=dict.fromkeys(DEVICE_KINDS, 0))
+
+    def families(self, snapshot: PreparedSummary) -> Iterator[Metric]:
+        """The claim, device, MIG instance and MPS daemon gauges."""
+        s = snapshot
         yield GaugeMetricFamily("dra_gpu_prepared_claims", "Claims prepared on this node (PrepareCompleted).", value=s.claims)
         devices = GaugeMetricFamily(
             "dra_gpu_prepared_devices", "Devices of prepared claims, by kind (gpu, mig, share).", labels=["kind"]
@@ -96,7 +132,7 @@ class PreparedClaimsCollector(Collector):
         yield GaugeMetricFamily("dra_gpu_sharing_daemons", "MPS control daemons running for claims.", value=s.sharing_daemons)
 
 
-class HealthCollector(Collector):
+class HealthCollector(ScrapedCollector[HealthBook]):
     """The GPUs' health, computed when scraped from the health monitor's book (no lock, no I/O).
 
     ``dra_gpu_gpu_healthy{gpu,uuid}`` is 1 or 0 per GPU; ``dra_gpu_gpu_health_conditions{gpu,cause,value,severity}``
@@ -108,20 +144,19 @@ class HealthCollector(Collector):
         self._book = book
         self._gpus = dict(gpus)
 
-    def describe(self) -> Iterator[Metric]:
-        """The metric names, without computing anything."""
-        yield from self._families(HealthBook())
+    unreadable_event = "metrics_health_unreadable"
 
-    def collect(self) -> Iterator[Metric]:
-        """The gauges now."""
-        try:
-            book = self._book()
-        except Exception as err:  # noqa: BLE001 - a scrape must not take the HTTP server down
-            log.warning("metrics_health_unreadable", error=f"{type(err).__name__}: {err}")
-            return
-        yield from self._families(book)
+    def read(self) -> HealthBook:
+        """The monitor's book now."""
+        return self._book()
 
-    def _families(self, book: HealthBook) -> Iterator[Metric]:
+    def empty(self) -> HealthBook:
+        """No conditions."""
+        return HealthBook()
+
+    def families(self, snapshot: HealthBook) -> Iterator[Metric]:
+        """Healthy per GPU, and each active condition."""
+        book = snapshot
         healthy = GaugeMetricFamily(
             "dra_gpu_gpu_healthy", "1 while the GPU is healthy, 0 while a fatal or degraded cause holds.", labels=["gpu", "uuid"]
         )
