@@ -69,6 +69,7 @@ lint: venv check-protos
 	ruff format --check dra_driver controller kubelet_plugin webhook tests scripts bench e2e testkit demo
 	mypy .
 	lint-imports
+	python scripts/check_structure.py
 
 unit: venv
 	pytest -q tests/unit

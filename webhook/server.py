@@ -52,7 +52,8 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from dra_driver.obs.http_server import HttpServer, Limits, Request, RequestHead, Response, ServerStats, text
+from dra_driver.obs.http_server import HttpServer, ServerStats
+from dra_driver.obs.http_types import Limits, Request, RequestHead, Response, text
 from webhook.admission import VALIDATE_PATH, BadReview, Verdict, review
 
 log = structlog.get_logger(__name__)

@@ -28,7 +28,8 @@ def _plugin_dir(args: argparse.Namespace) -> Path:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from dra_driver.core.health import HealthBook, HealthRecordError, from_json, health_message, is_unhealthy, to_json
+    from dra_driver.core.health import HealthBook, health_message, is_unhealthy
+    from dra_driver.core.health_record import HealthRecordError, from_json, to_json
     from dra_driver.files.health_store import HEALTH_FILE
 
     path = _plugin_dir(args) / HEALTH_FILE

@@ -7,7 +7,7 @@ the attribute schema (``dra_driver.core.schema``) and the kubelet plugin's prepa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +48,12 @@ class GpuSource(Protocol):
     def describe(self) -> str:
         """A short human description of the source, for logs (``fake:h100x8``, ``nvml``)."""
         ...
+
+
+def nvml_text(value: Any) -> str:
+    """A string NVML returned, as text: pynvml hands bytes or str depending on its version and the call.
+
+    Used by the NVML adapters (``dra_driver.sources.nvml``, ``dra_driver.sources.nvml_health``,
+    ``dra_driver.mig_backends.nvml``).
+    """
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -3,7 +3,7 @@
 The health sources (``dra_driver.sources.nvml_health`` on GPU nodes, ``dra_driver.sources.fake_health``
 with fake GPUs) turn NVML's events and periodic checks into ``HealthEvent`` and ``GpuCheck``; the
 plugin's monitor (``kubelet_plugin.monitoring.health_monitor``) folds them into a ``HealthBook`` with the
-functions here, persists it (``to_json``/``from_json``), publishes ``tainted_devices`` and streams
+functions here, persists it (``dra_driver.core.health_record``), publishes ``tainted_devices`` and streams
 ``device_health`` to the kubelet. MIG devices and shares inherit their GPU's conditions: every
 published device names its GPU (``DeviceTarget.gpu``). What each event kind means (its taint
 key, value, severity and how it clears) is the table in ``dra_driver.core.health_causes``.
@@ -30,8 +30,6 @@ while a check cannot read the action and cleared when a check reads ``none``.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -40,7 +38,6 @@ from dra_driver.core.health_causes import (
     EVENT_CAUSES,
     EVENT_KINDS,
     KEY_GPU_LOST,
-    KEY_HEALTH_RECORD,
     KEY_MEMORY_REPAIR,
     KEY_RECOVERY_ACTION,
     KEY_UNMONITORED,
@@ -59,9 +56,6 @@ UNHEALTHY = frozenset({Severity.FATAL, Severity.DEGRADED})
 
 MAX_MESSAGE = 1024  # the kubelet truncates a health message beyond this
 MAX_CONDITIONS_PER_GPU = 16  # the API's limit of taints per device (since 1.35)
-MAX_GPUS = 64
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-RECORD_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +168,8 @@ def classify_xid(xid: int) -> tuple[Severity, str, bool]:
     return Severity.DEGRADED, "XID not in the catalog this driver knows: treated as degraded until repaired", False
 
 
-def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
+def clip_message(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` cut to ``limit`` characters (ending in ``...`` when cut): what the kubelet keeps of a message."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -193,12 +188,14 @@ def condition_for(event: HealthEvent) -> Condition | None:
             raise ValueError(f"XID event on {event.gpu_uuid} without a valid XID number: {event.xid!r}")
         severity, what, _ = classify_xid(event.xid)
         clears = Clears.HOLD if severity in (Severity.APPLICATION, Severity.INFORMATIONAL) else Clears.REPAIR
-        return Condition(KEY_XID, str(event.xid), severity, clears, event.at, _clip(f"XID {event.xid}: {what}{detail}"), event.at)
+        return Condition(
+            KEY_XID, str(event.xid), severity, clears, event.at, clip_message(f"XID {event.xid}: {what}{detail}"), event.at
+        )
     if event.kind == "gpu-recovery-action":
         return _recovery_condition(event.action, event.at, detail, where=f"recovery action event on {event.gpu_uuid}")
     if not cause.key or cause.severity is None:
         return None
-    msg = _clip(f"{cause.what}{detail}")
+    msg = clip_message(f"{cause.what}{detail}")
     return Condition(cause.key, cause.value, cause.severity, cause.clears, event.at, msg, event.at)
 
 
@@ -214,7 +211,7 @@ def _recovery_condition(action: str, at: float, detail: str, *, where: str) -> C
     if known.severity is None:
         return None
     clears = Clears.REPAIR if action == "unknown" else Clears.CHECK
-    msg = _clip(f"GPU recovery action: {known.what}{detail}")
+    msg = clip_message(f"GPU recovery action: {known.what}{detail}")
     return Condition(KEY_RECOVERY_ACTION, action, known.severity, clears, at, msg, at)
 
 
@@ -269,7 +266,7 @@ def check_conditions(check: GpuCheck, at: float) -> list[Condition]:
         if cond is not None:
             out.append(cond)
     if check.error:
-        msg = _clip(f"health check failed, the GPU is not monitored: {check.error}")
+        msg = clip_message(f"health check failed, the GPU is not monitored: {check.error}")
         out.append(Condition(KEY_UNMONITORED, "check-failed", Severity.INFORMATIONAL, Clears.CHECK, at, msg, at))
     return out
 
@@ -385,7 +382,7 @@ def is_unhealthy(conds: Sequence[Condition]) -> bool:
 def health_message(conds: Sequence[Condition]) -> str:
     """The conditions in words, most severe first (empty when healthy), at most 1024 characters."""
     ordered = sorted(conds, key=lambda c: (-_RANK[c.severity], c.key))
-    return _clip("; ".join(f"{c.severity.value}: {c.message}" for c in ordered))
+    return clip_message("; ".join(f"{c.severity.value}: {c.message}" for c in ordered))
 
 
 class HealthSource(Protocol):
@@ -419,79 +416,3 @@ class HealthSource(Protocol):
     def close(self) -> None:
         """Release NVML event sets, files."""
         ...
-
-
-# -- the persisted record ---------------------------------------------------------------------
-
-
-class HealthRecordError(ValueError):
-    """The persisted health record cannot be read; the message says what is wrong."""
-
-
-def to_json(book: HealthBook, boot_id: str, consumed: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """The record ``health.json`` holds: the book, the boot it belongs to, and how far sources were read."""
-    return {
-        "version": RECORD_VERSION,
-        "bootID": boot_id,
-        "consumed": dict(sorted((consumed or {}).items())),
-        "gpus": {uuid: [c.to_json() for c in conds] for uuid, conds in sorted(book.conditions.items())},
-    }
-
-
-def _condition(raw: Any, where: str) -> Condition:
-    if not isinstance(raw, dict):
-        raise HealthRecordError(f"{where}: not an object")
-    try:
-        key, value, message = raw["key"], raw["value"], raw["message"]
-        since = raw["since"]
-        severity, clears = Severity(raw["severity"]), Clears(raw["clears"])
-    except (KeyError, ValueError, TypeError) as err:
-        raise HealthRecordError(f"{where}: {type(err).__name__}: {err}") from None
-    if not (isinstance(key, str) and re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", key)):
-        raise HealthRecordError(f"{where}: key {key!r} is not a taint key name")
-    if not (isinstance(value, str) and _LABEL_VALUE.match(value)):
-        raise HealthRecordError(f"{where}: value {value!r} is not a label value")
-    if not isinstance(message, str) or len(message) > MAX_MESSAGE:
-        raise HealthRecordError(f"{where}: message is not a string of at most {MAX_MESSAGE} characters")
-    times: list[float] = []
-    for t in (since, raw.get("lastSeen", since)):
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1e11:
-            raise HealthRecordError(f"{where}: {str(t)[:40]} is not a Unix time")
-        times.append(float(t))
-    return Condition(key, value, severity, clears, times[0], message, times[1])
-
-
-def from_json(raw: Any) -> tuple[HealthBook, str, dict[str, int]]:
-    """(book, boot id, consumed) from a record; raises HealthRecordError naming what is wrong."""
-    if not isinstance(raw, dict):
-        raise HealthRecordError("the record is not a JSON object")
-    if raw.get("version") != RECORD_VERSION:
-        raise HealthRecordError(f"unknown record version {raw.get('version')!r} (this driver writes {RECORD_VERSION})")
-    boot_id, gpus, consumed = raw.get("bootID"), raw.get("gpus"), raw.get("consumed", {})
-    if not isinstance(boot_id, str) or not isinstance(gpus, dict) or not isinstance(consumed, dict):
-        raise HealthRecordError("bootID, gpus or consumed has the wrong type")
-    if len(gpus) > MAX_GPUS or len(consumed) > 16:
-        raise HealthRecordError(f"more than {MAX_GPUS} GPUs or 16 sources in the record")
-    if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in consumed.items()):
-        raise HealthRecordError("consumed must map source names to integers")
-    book = HealthBook()
-    for uuid, conds in gpus.items():
-        if not isinstance(uuid, str) or not isinstance(conds, list) or len(conds) > MAX_CONDITIONS_PER_GPU:
-            raise HealthRecordError(f"GPU {str(uuid)[:80]!r}: conditions must be a list of at most {MAX_CONDITIONS_PER_GPU}")
-        parsed = [_condition(c, f"GPU {uuid} condition {i}") for i, c in enumerate(conds)]
-        if len({c.key for c in parsed}) != len(parsed):
-            raise HealthRecordError(f"GPU {uuid}: two conditions with one key")
-        book = book.with_conditions(uuid, parsed)
-    return book, boot_id, dict(consumed)
-
-
-def unreadable_record_book(gpu_uuids: Iterable[str], at: float, why: str) -> HealthBook:
-    """Fail closed when the record is lost: every GPU degraded until repaired (a fatal cause may hide there)."""
-    msg = _clip(f"the health record could not be read ({why}): repair each GPU once checked (dra-gpu health repair)")
-    cond = Condition(KEY_HEALTH_RECORD, "unreadable", Severity.DEGRADED, Clears.REPAIR, at, msg, at)
-    return HealthBook({u: (cond,) for u in gpu_uuids})
-
-
-def dumps(book: HealthBook, boot_id: str, consumed: Mapping[str, int] | None = None) -> bytes:
-    """``to_json`` as the bytes written to disk."""
-    return (json.dumps(to_json(book, boot_id, consumed), indent=1, sort_keys=True) + "\n").encode()

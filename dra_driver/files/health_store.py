@@ -4,7 +4,7 @@ Written by the plugin's health monitor (``kubelet_plugin.monitoring.health_monit
 atomically; read once at start-up. A fatal XID seen before a restart keeps its GPU tainted after
 it: only a reset, a repair or a reboot clears it (NVIDIA's driver forgets its taints on restart).
 
-Upgrade rule: the record is versioned (``dra_driver.core.health.RECORD_VERSION``); a newer version
+Upgrade rule: the record is versioned (``dra_driver.core.health_record.RECORD_VERSION``); a newer version
 or an unreadable file fails closed (every GPU degraded until repaired, and a Notice says why).
 After a reboot (another boot id) the conditions are dropped: a reboot resets the GPUs, and what
 persists (a lost GPU, a pending memory repair) the checks see again. Sources' read positions are
@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dra_driver.core.health import HealthBook, HealthRecordError, dumps, from_json, unreadable_record_book
+from dra_driver.core.health import HealthBook
+from dra_driver.core.health_record import HealthRecordError, dumps, from_json, unreadable_record_book
 from dra_driver.files.atomic import write_atomic
 
 HEALTH_FILE = "health.json"

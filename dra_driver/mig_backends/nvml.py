@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dra_driver.core.gpu import GpuInfo
+from dra_driver.core.gpu import GpuInfo, nvml_text
 from dra_driver.core.mig import MigCatalog, MigError, MigErrorCode, MigInstance, MigMode, MigProfile, Placement
 
 _CAP_MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
@@ -37,10 +37,6 @@ _NOT_FOUND = 6
 _SUCCESS = 0
 # NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1: drivers report it where it is wrong (reference B11 #7).
 _CI_PROFILE_1_SLICE_REV1 = 7
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def map_nvml_code(code: int) -> MigErrorCode:
@@ -73,6 +69,15 @@ class NvmlMigBackend:
             code = int(err.value)
             raise MigError(op, map_nvml_code(code), f"{detail or fn.__name__}: {err} (NVML {code})") from err
 
+    def _call_unless(self, op: str, skip: tuple[int, ...], detail: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, or None when NVML answers one of ``skip``; MigError(op) naming ``detail`` otherwise."""
+        try:
+            return fn(*args)
+        except self._n.NVMLError as err:
+            if int(err.value) in skip:
+                return None
+            raise MigError(op, map_nvml_code(int(err.value)), f"{detail}: {err}") from err
+
     def close(self) -> None:
         """Shut NVML down (once)."""
         with self._lock:
@@ -103,23 +108,23 @@ class NvmlMigBackend:
     def _read_catalog(self, gpu: GpuInfo) -> MigCatalog | None:
         n = self._n
         h = self._handle(gpu)
-        try:
-            n.nvmlDeviceGetMigMode(h)
-        except n.NVMLError as err:
-            if int(err.value) == _NOT_SUPPORTED:
-                return None
-            raise MigError("catalog", map_nvml_code(int(err.value)), f"MIG mode of {gpu.uuid}: {err}") from err
+        if self._call_unless("catalog", (_NOT_SUPPORTED,), f"MIG mode of {gpu.uuid}", n.nvmlDeviceGetMigMode, h) is None:
+            return None
         profiles = []
         for index in range(int(n.NVML_GPU_INSTANCE_PROFILE_COUNT)):
-            try:
-                info = n.nvmlDeviceGetGpuInstanceProfileInfo(h, index)
-            except n.NVMLError as err:
-                if int(err.value) in (_NOT_SUPPORTED, _INVALID_ARGUMENT):
-                    continue
-                raise MigError("catalog", map_nvml_code(int(err.value)), f"GI profile {index}: {err}") from err
+            info = self._call_unless(
+                "catalog",
+                (_NOT_SUPPORTED, _INVALID_ARGUMENT),
+                f"GI profile {index}",
+                n.nvmlDeviceGetGpuInstanceProfileInfo,
+                h,
+                index,
+            )
+            if info is None:
+                continue
             profiles.append(
                 MigProfile(
-                    name=_text(info.name).removeprefix("MIG "),
+                    name=nvml_text(info.name).removeprefix("MIG "),
                     profile_id=int(info.id),
                     slices=int(info.sliceCount),
                     instance_count=int(info.instanceCount),
@@ -170,15 +175,19 @@ class NvmlMigBackend:
         n = self._n
         out: dict[tuple[int, int], str] = {}
         for index in range(int(self._call("instances", n.nvmlDeviceGetMaxMigDeviceCount, handle))):
-            try:
-                mig = n.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
-            except n.NVMLError as err:
-                if int(err.value) in (_NOT_FOUND, _INVALID_ARGUMENT):
-                    continue
-                raise MigError("instances", map_nvml_code(int(err.value)), f"MIG device {index}: {err}") from err
+            mig = self._call_unless(
+                "instances",
+                (_NOT_FOUND, _INVALID_ARGUMENT),
+                f"MIG device {index}",
+                n.nvmlDeviceGetMigDeviceHandleByIndex,
+                handle,
+                index,
+            )
+            if mig is None:
+                continue
             gi = int(self._call("instances", n.nvmlDeviceGetGpuInstanceId, mig))
             ci = int(self._call("instances", n.nvmlDeviceGetComputeInstanceId, mig))
-            out[(gi, ci)] = _text(self._call("instances", n.nvmlDeviceGetUUID, mig))
+            out[(gi, ci)] = nvml_text(self._call("instances", n.nvmlDeviceGetUUID, mig))
         return out
 
     def _ci_profiles(self, op: str, gi: Any) -> list[Any]:
@@ -188,14 +197,17 @@ class NvmlMigBackend:
         for index in range(int(n.NVML_COMPUTE_INSTANCE_PROFILE_COUNT)):
             if index == _CI_PROFILE_1_SLICE_REV1:
                 continue
-            try:
-                out.append(
-                    n.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, index, n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-                )
-            except n.NVMLError as err:
-                if int(err.value) in (_NOT_SUPPORTED, _INVALID_ARGUMENT):
-                    continue
-                raise MigError(op, map_nvml_code(int(err.value)), f"CI profile {index}: {err}") from err
+            info = self._call_unless(
+                op,
+                (_NOT_SUPPORTED, _INVALID_ARGUMENT),
+                f"CI profile {index}",
+                n.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+                gi,
+                index,
+                n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            )
+            if info is not None:
+                out.append(info)
         return out
 
     def _compute_instances(self, op: str, gi: Any) -> list[Any]:
@@ -301,12 +313,7 @@ class NvmlMigBackend:
         n = self._n
         gi = self._gi("destroy_ci", gpu, gi_id)
         for ci in self._compute_instances("destroy_ci", gi):
-            try:
-                n.nvmlComputeInstanceDestroy(ci)
-            except n.NVMLError as err:
-                if int(err.value) == _NOT_FOUND:
-                    continue
-                raise MigError("destroy_ci", map_nvml_code(int(err.value)), f"CI of GPU instance {gi_id}: {err}") from err
+            self._call_unless("destroy_ci", (_NOT_FOUND,), f"CI of GPU instance {gi_id}", n.nvmlComputeInstanceDestroy, ci)
 
     def destroy_gpu_instance(self, gpu: GpuInfo, gi_id: int) -> None:
         """Destroy a GI with no CI left; NOT_FOUND when it does not exist."""

@@ -21,17 +21,16 @@ What the plugin holds (prepared claims and devices, MIG instances, MPS daemons) 
 time from the checkpoint as the plugin last saved or read it (``PreparedClaimsCollector``): prepare
 pays nothing for it and a scrape takes no lock.
 
+The scrape-time collectors are in ``dra_driver.obs.metrics_collectors`` and the listener in
+``dra_driver.obs.metrics_serve``; this module re-exports both, so the daemons import one module.
+
 Device health metrics will join this module as a set of their own.
 """
 
 from __future__ import annotations
 
-import gzip
-import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
-from urllib.parse import parse_qs
 
 import structlog
 from prometheus_client import (
@@ -44,23 +43,46 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.exposition import choose_encoder, gzip_accepted
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
-from dra_driver.core.checkpoint import ClaimEntry, ClaimState
-from dra_driver.core.health import HealthBook, is_unhealthy
 from dra_driver.obs.claim_errors import CLAIM_ERROR_REASONS, claim_error_reason
-from dra_driver.obs.http_server import Authorize, HttpServer, Limits, Request, RequestHead, Response, TlsSource, text
-from dra_driver.obs.ports import IPV6_MISSING, METRICS_FLAGS, bind_host
+from dra_driver.obs.metrics_collectors import DEVICE_KINDS, HealthCollector, PreparedClaimsCollector, PreparedSummary, summarize
+from dra_driver.obs.metrics_serve import METRICS_LIMITS, MetricsApp, MetricsPortError, MetricsServer, serve_metrics, serve_or_log
+
+__all__ = [
+    "ADMISSION_BUCKETS",
+    "ADMISSION_KINDS",
+    "ADMISSION_RESULTS",
+    "APIS",
+    "CHECKPOINT_RECOVERY_KINDS",
+    "CLAIM_RESULTS",
+    "DEVICE_KINDS",
+    "METRICS_LIMITS",
+    "OPERATIONS",
+    "REQUEST_BUCKETS",
+    "SLICE_ACTIONS",
+    "SLICE_FIELDS",
+    "HealthCollector",
+    "MetricsApp",
+    "MetricsPortError",
+    "MetricsServer",
+    "PluginMetrics",
+    "PreparedClaimsCollector",
+    "PreparedSummary",
+    "PublisherMetrics",
+    "Registry",
+    "WebhookMetrics",
+    "dropped_field",
+    "new_registry",
+    "serve_metrics",
+    "serve_or_log",
+    "summarize",
+]
 
 log = structlog.get_logger(__name__)
 
 OPERATIONS: Final = ("prepare", "unprepare")
 APIS: Final = ("v1", "v1beta1")
 CLAIM_RESULTS: Final = ("success", "error")
-DEVICE_KINDS: Final = ("gpu", "mig", "share")
 SLICE_ACTIONS: Final = ("create", "update", "delete")
 ADMISSION_KINDS: Final = ("ResourceClaim", "ResourceClaimTemplate", "other")
 ADMISSION_RESULTS: Final = ("allowed", "denied", "error")
@@ -93,12 +115,6 @@ SLICE_FIELDS: Final = frozenset(
     }
 )  # fmt: skip
 """``dra_gpu_slice_dropped_fields_total{field}``: a dropped path's field, one of these or ``other``."""
-
-_ANY_ADDRESS_V6: Final = ("::", "[::]")
-
-
-class MetricsPortError(Exception):
-    """The metrics server cannot listen where it was told (port taken, address not on this host)."""
 
 
 def new_registry() -> CollectorRegistry:
@@ -200,123 +216,6 @@ class PluginMetrics:
                 self._recoveries.labels(kind).inc()
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedSummary:
-    """What a node's prepared claims hold, as the gauges show it."""
-
-    claims: int = 0
-    devices: Mapping[str, int] = field(default_factory=dict)
-    """Per kind (``DEVICE_KINDS``)."""
-    mig_instances: int = 0
-    sharing_daemons: int = 0
-
-
-def summarize(claims: Mapping[str, ClaimEntry], mig_devices: Collection[str]) -> PreparedSummary:
-    """Count completed claims and their devices (a share, a MIG device or a GPU), and what the driver holds.
-
-    MIG instances: those this driver carved (not static ones), of completed claims and of claims
-    recovered after a lost checkpoint, each once. MPS daemons: distinct daemons of those claims (a
-    consumable-capacity GPU's daemon serves several). ``mig_devices``: the node's MIG device names.
-    """
-    completed = 0
-    devices = dict.fromkeys(DEVICE_KINDS, 0)
-    instances: set[tuple[str, int | None, str | None]] = set()
-    daemons: set[str] = set()
-    for entry in claims.values():
-        done = entry.state is ClaimState.PREPARE_COMPLETED
-        if not done and not entry.recovered:
-            continue
-        if done:
-            completed += 1
-            for d in entry.devices:
-                kind = "share" if d.share_id else "mig" if d.mig is not None or d.device_name in mig_devices else "gpu"
-                devices[kind] += 1
-        instances.update((r.parent_uuid, r.gi_id, r.mig_uuid) for r in entry.mig_records() if r.gi_id is not None)
-        daemons.update(d.daemon_id for d in entry.mps_daemons)
-    return PreparedSummary(completed, devices, len(instances), len(daemons))
-
-
-class PreparedClaimsCollector(Collector):
-    """Gauges of the plugin's prepared claims, computed when scraped from ``claims()`` (no lock, no I/O)."""
-
-    def __init__(self, claims: Callable[[], Mapping[str, ClaimEntry]], mig_devices: Collection[str]) -> None:
-        self._claims = claims
-        self._mig_devices = frozenset(mig_devices)
-
-    def describe(self) -> Iterator[Metric]:
-        """The metric names (for the registry's duplicate check), without computing anything."""
-        yield from self._families(PreparedSummary(devices=dict.fromkeys(DEVICE_KINDS, 0)))
-
-    def collect(self) -> Iterator[Metric]:
-        """The gauges now; nothing (and a log line) if the claims cannot be read."""
-        try:
-            summary = summarize(self._claims(), self._mig_devices)
-        except Exception as err:  # noqa: BLE001 - a scrape must not take the HTTP server down
-            log.warning("metrics_claims_unreadable", error=f"{type(err).__name__}: {err}")
-            return
-        yield from self._families(summary)
-
-    @staticmethod
-    def _families(s: PreparedSummary) -> Iterator[Metric]:
-        yield GaugeMetricFamily("dra_gpu_prepared_claims", "Claims prepared on this node (PrepareCompleted).", value=s.claims)
-        devices = GaugeMetricFamily(
-            "dra_gpu_prepared_devices", "Devices of prepared claims, by kind (gpu, mig, share).", labels=["kind"]
-        )
-        for kind in DEVICE_KINDS:
-            devices.add_metric([kind], s.devices.get(kind, 0))
-        yield devices
-        yield GaugeMetricFamily(
-            "dra_gpu_mig_instances", "MIG instances this driver carved and holds for claims.", value=s.mig_instances
-        )
-        yield GaugeMetricFamily("dra_gpu_sharing_daemons", "MPS control daemons running for claims.", value=s.sharing_daemons)
-
-
-class HealthCollector(Collector):
-    """The GPUs' health, computed when scraped from the health monitor's book (no lock, no I/O).
-
-    ``dra_gpu_gpu_healthy{gpu,uuid}`` is 1 or 0 per GPU; ``dra_gpu_gpu_health_conditions{gpu,cause,value,severity}``
-    is 1 per active condition (causes and values come from a fixed vocabulary and XID numbers).
-    """
-
-    def __init__(self, book: Callable[[], HealthBook], gpus: Mapping[str, str]) -> None:
-        """``gpus`` maps each GPU's UUID to its device name (``gpu-<minor>``)."""
-        self._book = book
-        self._gpus = dict(gpus)
-
-    def describe(self) -> Iterator[Metric]:
-        """The metric names, without computing anything."""
-        yield from self._families(HealthBook())
-
-    def collect(self) -> Iterator[Metric]:
-        """The gauges now."""
-        try:
-            book = self._book()
-        except Exception as err:  # noqa: BLE001 - a scrape must not take the HTTP server down
-            log.warning("metrics_health_unreadable", error=f"{type(err).__name__}: {err}")
-            return
-        yield from self._families(book)
-
-    def _families(self, book: HealthBook) -> Iterator[Metric]:
-        healthy = GaugeMetricFamily(
-            "dra_gpu_gpu_healthy", "1 while the GPU is healthy, 0 while a fatal or degraded cause holds.", labels=["gpu", "uuid"]
-        )
-        conditions = GaugeMetricFamily(
-            "dra_gpu_gpu_health_conditions",
-            "Active health conditions of each GPU (1 each), by cause, value and severity.",
-            labels=["gpu", "cause", "value", "severity"],
-        )
-        for uuid, name in sorted(self._gpus.items(), key=lambda kv: kv[1]):
-            conds = book.of(uuid)
-            healthy.add_metric([name, uuid], 0 if is_unhealthy(conds) else 1)
-            for c in conds:
-                conditions.add_metric([name, c.key, c.value, c.severity.value], 1)
-        yield healthy
-        yield conditions
-
-
-# -- the slice publisher (kubelet plugin and controller) ----------------------------------------
-
-
 def dropped_field(path: str) -> str:
     """The field a dropped path names (``spec.devices[3].consumesCounters`` -> ``consumesCounters``), bounded.
 
@@ -404,121 +303,3 @@ class WebhookMetrics:
 
 
 # -- the HTTP server ----------------------------------------------------------------------------
-
-METRICS_LIMITS: Final = Limits(
-    max_connections=32,  # Prometheus holds one kept-alive connection per target; a few scrapers and probes
-    request_timeout_s=10.0,
-    handshake_timeout_s=5.0,
-    idle_timeout_s=120.0,  # longer than a scrape interval: a kept-alive scraper is never cut (the cap evicts idle ones)
-    max_body_bytes=0,  # a scrape has no body
-    workers=2,
-)
-"""The /metrics listener's bounds (``dra_driver.obs.http_server``): 2 threads, at most 32 connections."""
-
-
-class MetricsApp:
-    """prometheus-client's exposition of one registry, as its own WSGI app answers (any path; OPTIONS, GET, HEAD)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._registry = registry
-
-    def check(self, head: RequestHead) -> Response | None:
-        """OPTIONS is answered here; any method but GET and HEAD is 405."""
-        allow = (("Allow", "OPTIONS,GET"),)
-        if head.method == "OPTIONS":
-            return Response(200, headers=allow, content_type=None)
-        if head.method not in ("GET", "HEAD"):
-            return text(405, f"# HTTP 405 Method Not Allowed: {head.method[:32]}; use OPTIONS or GET", headers=allow)
-        return None
-
-    def handle(self, request: Request) -> Response:
-        """The registry's samples in the format the scraper accepts (gzip if it asks), ``name[]`` filtering as upstream."""
-        head = request.head
-        if head.path == "/favicon.ico":
-            return Response(200, content_type=None)
-        encoder, content_type = choose_encoder(head.headers.get("accept", ""))
-        names = parse_qs(head.query).get("name[]")
-        registry = self._registry.restricted_registry(names) if names else self._registry
-        output = encoder(registry)
-        if gzip_accepted(head.headers.get("accept-encoding", "")):
-            return Response(200, gzip.compress(output), content_type, headers=(("Content-Encoding", "gzip"),))
-        return Response(200, output, content_type)
-
-
-@dataclass(slots=True)
-class MetricsServer:
-    """The bounded HTTP server serving one registry's ``/metrics``; ``stop`` at shutdown."""
-
-    port: int
-    """The bound port (the one asked for, or the one the system chose for 0)."""
-    server: HttpServer
-
-    def stop(self, *, wait: bool = True) -> None:
-        """Stop serving and close the socket.
-
-        With ``wait=False`` this returns at once and the socket closes in the background (a
-        daemon's shutdown: its process exits anyway, and its SIGTERM path gets no slower).
-        """
-        closer = threading.Thread(target=self.server.stop, kwargs={"grace_s": 1.0}, name="metrics-stop", daemon=True)
-        closer.start()
-        if wait:
-            closer.join()
-
-
-def serve_metrics(
-    registry: CollectorRegistry,
-    address: str,
-    port: int,
-    *,
-    authorize: Authorize | None = None,
-    ssl_context: TlsSource | None = None,
-    limits: Limits = METRICS_LIMITS,
-) -> MetricsServer:
-    """Serve ``registry`` on ``address:port`` (0: any free port) from a daemon thread; log ``metrics_listening``.
-
-    ``::`` (or ``[::]``) is every address, IPv4 too; on a host without IPv6 it falls back to
-    ``0.0.0.0``. ``authorize``: a scrape's headers -> whether to answer it (401 otherwise);
-    ``ssl_context``: serve HTTPS. Raises MetricsPortError naming the address, the port and the
-    flags when the port is taken or the address is not this host's.
-    """
-    if not 0 <= port <= 65535:
-        raise MetricsPortError(f"metrics port {port} is not a port number (0-65535; -1 turns metrics off); set {METRICS_FLAGS}")
-    host = bind_host(address)
-    try:
-        server = HttpServer("metrics", host, port, MetricsApp(registry), limits, tls=ssl_context, authorize=authorize)
-    except OSError as err:
-        if host != "::" or err.errno not in IPV6_MISSING:
-            raise MetricsPortError(
-                f"cannot serve metrics on {address} port {port}: {err.strerror or err}; "
-                f"choose another with {METRICS_FLAGS}, or -1 to turn metrics off"
-            ) from err
-        log.info("metrics_ipv6_unavailable", error=str(err), address="0.0.0.0")  # noqa: S104 - every address, as asked
-        every_ipv4 = "0.0.0.0"  # noqa: S104 - every IPv4 address: "::" was asked for
-        return serve_metrics(
-            registry,
-            every_ipv4,
-            port,
-            authorize=authorize,
-            ssl_context=ssl_context,
-            limits=limits,
-        )
-    server.start()
-    log.info("metrics_listening", address=address, port=server.port, path="/metrics", max_connections=server.max_connections)
-    return MetricsServer(server.port, server)
-
-
-def serve_or_log(
-    registry: CollectorRegistry,
-    address: str,
-    port: int,
-    *,
-    authorize: Authorize | None = None,
-    ssl_context: TlsSource | None = None,
-    limits: Limits = METRICS_LIMITS,
-) -> MetricsServer | None:
-    """``serve_metrics``, or None after logging ``metrics_port_unavailable`` (the daemon then exits 2)."""
-    try:
-        return serve_metrics(registry, address, port, authorize=authorize, ssl_context=ssl_context, limits=limits)
-    except MetricsPortError as err:
-        log.error("metrics_port_unavailable", error=str(err), address=address, port=port)
-        return None

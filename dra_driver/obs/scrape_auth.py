@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import structlog
 
@@ -88,7 +88,12 @@ NO_SCRAPE_AUTH = ScrapeAuthConfig()
 """No authentication: the settings' default."""
 
 
-def _stamp(paths: Iterable[Path]) -> tuple[tuple[int, int, int], ...]:
+_Stamp = tuple[tuple[int, int, int], ...]
+"""(inode, modification time, size) of each file: what changes when a file is rewritten or replaced."""
+_V = TypeVar("_V")
+
+
+def _stamp(paths: Iterable[Path]) -> _Stamp:
     stats = [p.stat() for p in paths]
     return tuple((s.st_ino, s.st_mtime_ns, s.st_size) for s in stats)
 
@@ -116,32 +121,66 @@ def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
 
 
+class _Reloaded(Generic[_V]):
+    """A value read from files, re-read when their stamp changes (looked at most every ``RELOAD_CHECK_S``).
+
+    ``stamp`` and ``load`` run now (their errors are start-up errors); later, a re-read that raises
+    one of ``errors`` keeps the last value and calls ``failed``; a successful one calls ``reloaded``.
+    """
+
+    def __init__(
+        self,
+        stamp: Callable[[], _Stamp],
+        load: Callable[[], _V],
+        *,
+        clock: Callable[[], float],
+        errors: tuple[type[Exception], ...],
+        reloaded: Callable[[], None],
+        failed: Callable[[Exception], None],
+    ) -> None:
+        self._stamp_of, self._load, self._clock = stamp, load, clock
+        self._errors, self._reloaded, self._failed = errors, reloaded, failed
+        self._lock = threading.Lock()
+        self._stamp = stamp()
+        self.value = load()
+        self._checked = clock()
+
+    def current(self) -> _V:
+        """The value of the files as they are now, or the last one read."""
+        with self._lock:
+            now = self._clock()
+            if now - self._checked < RELOAD_CHECK_S:
+                return self.value
+            self._checked = now
+            try:
+                stamp = self._stamp_of()
+                if stamp != self._stamp:
+                    self.value, self._stamp = self._load(), stamp
+                    self._reloaded()
+            except self._errors as err:
+                self._failed(err)
+            return self.value
+
+
 class BearerToken:
     """The token of ``--metrics-token-file``, re-read when the file changes; ``authorize`` checks a request's header."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
         """Read the file now: ScrapeAuthError when it cannot be used (a start-up error)."""
         self.path = path
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._stamp = _stamp([path])
-        self._digest = _digest(read_token(path))
-        self._checked = clock()
+        self._digest = _Reloaded(
+            lambda: _stamp([path]),
+            lambda: _digest(read_token(path)),
+            clock=clock,
+            errors=(OSError, ScrapeAuthError),
+            reloaded=lambda: log.info("metrics_token_reloaded", token_file=str(path)),
+            failed=lambda err: log.warning(
+                "metrics_token_reload_failed", error=str(err), token_file=str(path), effect="last token kept"
+            ),
+        )
 
     def _current(self) -> bytes:
-        with self._lock:
-            now = self._clock()
-            if now - self._checked < RELOAD_CHECK_S:
-                return self._digest
-            self._checked = now
-            try:
-                stamp = _stamp([self.path])
-                if stamp != self._stamp:
-                    self._digest, self._stamp = _digest(read_token(self.path)), stamp
-                    log.info("metrics_token_reloaded", token_file=str(self.path))
-            except (OSError, ScrapeAuthError) as err:
-                log.warning("metrics_token_reload_failed", error=str(err), token_file=str(self.path), effect="last token kept")
-            return self._digest
+        return self._digest.current()
 
     def authorize(self, headers: Headers) -> bool:
         """True when the request's ``Authorization`` header is ``Bearer <the token>`` (scheme case-insensitive)."""
@@ -166,14 +205,17 @@ class ServerTls:
     ) -> None:
         """Load the files now: ScrapeAuthError naming them when they cannot be used (a start-up error)."""
         self.cert_file, self.key_file, self.client_ca_file = cert_file, key_file, client_ca_file
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._stamp = self._files_stamp()
-        self.context = self._load()
+        self._contexts = _Reloaded(
+            self._files_stamp,
+            self._load,
+            clock=clock,
+            errors=(ScrapeAuthError,),
+            reloaded=lambda: log.info("metrics_tls_reloaded", cert_file=str(self.cert_file)),
+            failed=lambda err: log.warning("metrics_tls_reload_failed", error=str(err), effect="last certificate kept"),
+        )
+        self.context = self._contexts.value
         """The context to wrap sockets with: each handshake is switched to the newest files' context."""
         self.context.sni_callback = self._switch
-        self._current = self.context
-        self._checked = clock()
 
     def _paths(self) -> list[Path]:
         return [p for p in (self.cert_file, self.key_file, self.client_ca_file) if p is not None]
@@ -204,19 +246,7 @@ class ServerTls:
 
     def newest(self) -> ssl.SSLContext:
         """The context of the files as they are now (re-read at most every ``RELOAD_CHECK_S``; a bad change keeps the last)."""
-        with self._lock:
-            now = self._clock()
-            if now - self._checked < RELOAD_CHECK_S:
-                return self._current
-            self._checked = now
-            try:
-                stamp = self._files_stamp()
-                if stamp != self._stamp:
-                    self._current, self._stamp = self._load(), stamp
-                    log.info("metrics_tls_reloaded", cert_file=str(self.cert_file))
-            except ScrapeAuthError as err:
-                log.warning("metrics_tls_reload_failed", error=str(err), effect="last certificate kept")
-            return self._current
+        return self._contexts.current()
 
     def _switch(self, sock: ssl.SSLObject | ssl.SSLSocket, _server_name: str | None, _ctx: ssl.SSLContext) -> None:
         # Called by OpenSSL on every ClientHello (with or without a server name): the handshake

@@ -39,15 +39,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from dra_driver.core.usage import ProcessUsage, UsageRow, UsageSnapshot
-
-log = structlog.get_logger(__name__)
+from dra_driver.obs.metrics_collectors import ScrapedCollector
 
 LABELS = ("claim_uid", "node", "device")
 """The labels of every per-claim series (tenant labels off: the default)."""
@@ -77,7 +74,7 @@ def top_processes(processes: Sequence[ProcessUsage]) -> list[ProcessUsage]:
     return sorted(processes, key=lambda p: (-(p.memory_bytes or 0), p.pid))[:MAX_PROCESSES]
 
 
-class UsageCollector(Collector):
+class UsageCollector(ScrapedCollector[UsageSnapshot]):
     """The per-claim usage gauges, built from ``snapshot()`` when scraped."""
 
     def __init__(self, snapshot: Callable[[], UsageSnapshot], node: str, *, tenant_labels: bool = False) -> None:
@@ -86,25 +83,24 @@ class UsageCollector(Collector):
         self._tenant = tenant_labels
         self._names = TENANT_LABELS if tenant_labels else LABELS
 
-    def describe(self) -> Iterator[Metric]:
-        """The metric names (for the registry's duplicate check), without reading the snapshot."""
-        yield from self._families(UsageSnapshot())
+    unreadable_event = "usage_metrics_unreadable"
 
-    def collect(self) -> Iterator[Metric]:
-        """The gauges now; nothing (and a log line) when the snapshot cannot be had."""
-        try:
-            snap = self._snapshot()
-        except Exception as err:  # noqa: BLE001 - a scrape must not take the HTTP server down
-            log.warning("usage_metrics_unreadable", error=f"{type(err).__name__}: {err}")
-            return
-        yield from self._families(snap)
+    def read(self) -> UsageSnapshot:
+        """The sampler's snapshot now."""
+        return self._snapshot()
+
+    def empty(self) -> UsageSnapshot:
+        """No claims sampled."""
+        return UsageSnapshot()
 
     def _labels(self, row: UsageRow) -> list[str]:
         if self._tenant:
             return [row.namespace, row.claim, row.claim_uid, self._node, row.device, pods_label(row.pods)]
         return [row.claim_uid, self._node, row.device]
 
-    def _families(self, snap: UsageSnapshot) -> Iterator[Metric]:
+    def families(self, snapshot: UsageSnapshot) -> Iterator[Metric]:
+        """The per-claim (and per-process) usage gauges."""
+        snap = snapshot
         names = self._names
         process_labels = (*names, "pid")
         util = GaugeMetricFamily(

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from dra_driver.core.gpu import GpuInfo
+from dra_driver.core.gpu import GpuInfo, nvml_text
 from dra_driver.sources.sysfs import SYSFS, numa_node, pcie_root
 
 log = structlog.get_logger(__name__)
@@ -49,10 +49,6 @@ _BRANDS = {
 }
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def normalize_bus_id(raw: str) -> str:
     """NVML's ``00000000:1B:00.0`` → the sysfs/Kubernetes form ``0000:1b:00.0``."""
     raw = raw.strip().lower()
@@ -83,7 +79,7 @@ class NvmlGpuSource:
         n = self._nvml
         n.nvmlInit()
         try:
-            driver = _text(n.nvmlSystemGetDriverVersion())
+            driver = nvml_text(n.nvmlSystemGetDriverVersion())
             cuda = int(n.nvmlSystemGetCudaDriverVersion_v2())
             cuda_version = f"{cuda // 1000}.{(cuda % 1000) // 10}"
             out = [self._one(n.nvmlDeviceGetHandleByIndex(i), driver, cuda_version) for i in range(n.nvmlDeviceGetCount())]
@@ -117,13 +113,13 @@ class NvmlGpuSource:
     def _one(self, handle: Any, driver: str, cuda_version: str) -> GpuInfo:
         n = self._nvml
         major, minor_cc = n.nvmlDeviceGetCudaComputeCapability(handle)
-        bus_id = normalize_bus_id(_text(n.nvmlDeviceGetPciInfo(handle).busId))
+        bus_id = normalize_bus_id(nvml_text(n.nvmlDeviceGetPciInfo(handle).busId))
         arch = int(n.nvmlDeviceGetArchitecture(handle))
         mig_capable, mig_enabled = self._mig(handle)
         return GpuInfo(
             minor=int(n.nvmlDeviceGetMinorNumber(handle)),
-            uuid=_text(n.nvmlDeviceGetUUID(handle)),
-            product_name=_text(n.nvmlDeviceGetName(handle)),
+            uuid=nvml_text(n.nvmlDeviceGetUUID(handle)),
+            product_name=nvml_text(n.nvmlDeviceGetName(handle)),
             brand=self._brand(int(n.nvmlDeviceGetBrand(handle))),
             architecture=_ARCHITECTURES.get(arch, f"Unknown({arch})"),
             cuda_compute_capability=f"{major}.{minor_cc}",

@@ -39,6 +39,7 @@ from typing import Any
 
 import structlog
 
+from dra_driver.core.gpu import nvml_text
 from dra_driver.core.health import GpuCheck, HealthEvent
 from dra_driver.core.health_causes import EVENT_CAUSES, MAX_XID, NVML_EVENT_KINDS, RECOVERY_ACTIONS
 
@@ -59,10 +60,6 @@ _VALUE_MEMBERS = {  # nvmlValue_t's member for each nvmlValueType_t
     "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
     "NVML_VALUE_TYPE_UNSIGNED_SHORT": "usVal",
 }
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +290,7 @@ class NvmlHealthSource:
         """The HealthEvent of one NVML event data, or None (logged) when it is not ours to report."""
         n = self._n
         try:
-            uuid = _text(n.nvmlDeviceGetUUID(data.device))
+            uuid = nvml_text(n.nvmlDeviceGetUUID(data.device))
         except n.NVMLError as err:
             log.warning("nvml_health_event_skipped", reason="device UUID unreadable", error=str(err))
             return None

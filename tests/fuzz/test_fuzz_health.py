@@ -17,13 +17,11 @@ from dra_driver.core.health import (
     GpuCheck,
     HealthBook,
     HealthEvent,
-    HealthRecordError,
-    from_json,
     record_check,
     record_event,
-    to_json,
 )
 from dra_driver.core.health_causes import KEY_HEALTH_RECORD
+from dra_driver.core.health_record import HealthRecordError, from_json, to_json
 from dra_driver.files.health_store import HealthStore
 from dra_driver.obs.scrape import ScrapeError
 from dra_driver.obs.scrape import parse as parse_scrape

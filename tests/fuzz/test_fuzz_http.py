@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from dra_driver.obs.http_server import Limits
+from dra_driver.obs.http_types import Limits
 from dra_driver.obs.metrics import METRICS_LIMITS, MetricsServer, PluginMetrics, new_registry, serve_metrics
 from testkit.admission import DRIVER, GOOD, body, claim_obj, request
 from testkit.webhookcerts import Certs, make_certs

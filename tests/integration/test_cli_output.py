@@ -31,7 +31,8 @@ import pytest
 import yaml
 
 from dra_driver.cli.main import build_parser, inventory_slices
-from dra_driver.core.health import HealthBook, dumps, unreadable_record_book
+from dra_driver.core.health import HealthBook
+from dra_driver.core.health_record import dumps, unreadable_record_book
 from dra_driver.files.health_store import HEALTH_FILE
 from dra_driver.obs.usage_metrics import IDLE, MEMORY, UTILIZATION
 from testkit.gpu_check.apiserver import StandInApiServer

@@ -8,15 +8,15 @@ is the command-line stand-in for mig-parted. Used by tests, e2e scenarios and fa
 
 from dra_driver.mig_backends.sim.catalog import ProductData, product_data, products
 from dra_driver.mig_backends.sim.fake_nvml import NVMLError, SimulatedNvml
-from dra_driver.mig_backends.sim.simulator import (
+from dra_driver.mig_backends.sim.rules import (
     REALISTIC_LATENCY,
     ZERO_LATENCY,
     Latency,
-    MigSimulator,
     NvmlCode,
     SimError,
     latency_from_name,
 )
+from dra_driver.mig_backends.sim.simulator import MigSimulator
 from dra_driver.mig_backends.sim.state import load_instances, load_modes
 
 __all__ = [

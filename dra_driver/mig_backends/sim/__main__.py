@@ -22,7 +22,8 @@ from pathlib import Path
 
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import Placement
-from dra_driver.mig_backends.sim.simulator import MigSimulator, NvmlCode, SimError, latency_from_name
+from dra_driver.mig_backends.sim.rules import NvmlCode, SimError, latency_from_name
+from dra_driver.mig_backends.sim.simulator import MigSimulator
 from dra_driver.sources.fake import FakeGpuSource
 
 

@@ -172,42 +172,45 @@ class c_nvmlGpuInstancePlacement_t(ctypes.Structure):
     _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
 
 
+_GI_PROFILE_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("id", ctypes.c_uint),
+    ("isP2pSupported", ctypes.c_uint),
+    ("sliceCount", ctypes.c_uint),
+    ("instanceCount", ctypes.c_uint),
+    ("multiprocessorCount", ctypes.c_uint),
+    ("copyEngineCount", ctypes.c_uint),
+    ("decoderCount", ctypes.c_uint),
+    ("encoderCount", ctypes.c_uint),
+    ("jpegCount", ctypes.c_uint),
+    ("ofaCount", ctypes.c_uint),
+    ("memorySizeMB", ctypes.c_ulonglong),
+)
+"""The fields of a GI profile's info (version 2 adds its version first and its name last)."""
+
+_CI_PROFILE_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("id", ctypes.c_uint),
+    ("sliceCount", ctypes.c_uint),
+    ("instanceCount", ctypes.c_uint),
+    ("multiprocessorCount", ctypes.c_uint),
+    ("sharedCopyEngineCount", ctypes.c_uint),
+    ("sharedDecoderCount", ctypes.c_uint),
+    ("sharedEncoderCount", ctypes.c_uint),
+    ("sharedJpegCount", ctypes.c_uint),
+    ("sharedOfaCount", ctypes.c_uint),
+)
+"""The fields of a CI profile's info (version 2 adds its version first and its name last)."""
+
+
 class c_nvmlGpuInstanceProfileInfo_t(ctypes.Structure):
     """GI profile info, version 1."""
 
-    _fields_ = [
-        ("id", ctypes.c_uint),
-        ("isP2pSupported", ctypes.c_uint),
-        ("sliceCount", ctypes.c_uint),
-        ("instanceCount", ctypes.c_uint),
-        ("multiprocessorCount", ctypes.c_uint),
-        ("copyEngineCount", ctypes.c_uint),
-        ("decoderCount", ctypes.c_uint),
-        ("encoderCount", ctypes.c_uint),
-        ("jpegCount", ctypes.c_uint),
-        ("ofaCount", ctypes.c_uint),
-        ("memorySizeMB", ctypes.c_ulonglong),
-    ]
+    _fields_ = list(_GI_PROFILE_FIELDS)
 
 
 class c_nvmlGpuInstanceProfileInfo_v2_t(_PrintableStructure):
     """GI profile info, version 2 (with the profile name)."""
 
-    _fields_ = [
-        ("version", ctypes.c_uint),
-        ("id", ctypes.c_uint),
-        ("isP2pSupported", ctypes.c_uint),
-        ("sliceCount", ctypes.c_uint),
-        ("instanceCount", ctypes.c_uint),
-        ("multiprocessorCount", ctypes.c_uint),
-        ("copyEngineCount", ctypes.c_uint),
-        ("decoderCount", ctypes.c_uint),
-        ("encoderCount", ctypes.c_uint),
-        ("jpegCount", ctypes.c_uint),
-        ("ofaCount", ctypes.c_uint),
-        ("memorySizeMB", ctypes.c_ulonglong),
-        ("name", ctypes.c_char * NVML_DEVICE_NAME_V2_BUFFER_SIZE),
-    ]
+    _fields_ = [("version", ctypes.c_uint), *_GI_PROFILE_FIELDS, ("name", ctypes.c_char * NVML_DEVICE_NAME_V2_BUFFER_SIZE)]
 
     def __init__(self) -> None:
         super().__init__(version=nvmlGpuInstanceProfileInfo_v2)
@@ -233,35 +236,13 @@ class c_nvmlComputeInstancePlacement_t(ctypes.Structure):
 class c_nvmlComputeInstanceProfileInfo_t(ctypes.Structure):
     """CI profile info, version 1."""
 
-    _fields_ = [
-        ("id", ctypes.c_uint),
-        ("sliceCount", ctypes.c_uint),
-        ("instanceCount", ctypes.c_uint),
-        ("multiprocessorCount", ctypes.c_uint),
-        ("sharedCopyEngineCount", ctypes.c_uint),
-        ("sharedDecoderCount", ctypes.c_uint),
-        ("sharedEncoderCount", ctypes.c_uint),
-        ("sharedJpegCount", ctypes.c_uint),
-        ("sharedOfaCount", ctypes.c_uint),
-    ]
+    _fields_ = list(_CI_PROFILE_FIELDS)
 
 
 class c_nvmlComputeInstanceProfileInfo_v2_t(_PrintableStructure):
     """CI profile info, version 2 (with the profile name)."""
 
-    _fields_ = [
-        ("version", ctypes.c_uint),
-        ("id", ctypes.c_uint),
-        ("sliceCount", ctypes.c_uint),
-        ("instanceCount", ctypes.c_uint),
-        ("multiprocessorCount", ctypes.c_uint),
-        ("sharedCopyEngineCount", ctypes.c_uint),
-        ("sharedDecoderCount", ctypes.c_uint),
-        ("sharedEncoderCount", ctypes.c_uint),
-        ("sharedJpegCount", ctypes.c_uint),
-        ("sharedOfaCount", ctypes.c_uint),
-        ("name", ctypes.c_char * NVML_DEVICE_NAME_V2_BUFFER_SIZE),
-    ]
+    _fields_ = [("version", ctypes.c_uint), *_CI_PROFILE_FIELDS, ("name", ctypes.c_char * NVML_DEVICE_NAME_V2_BUFFER_SIZE)]
 
     def __init__(self) -> None:
         super().__init__(version=nvmlComputeInstanceProfileInfo_v2)

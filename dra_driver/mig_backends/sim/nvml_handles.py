@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dra_driver.mig_backends.sim.nvml_api import (
+    NVML_ERROR_INSUFFICIENT_SIZE,
     NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_ERROR_UNINITIALIZED,
+    NVML_SUCCESS,
     NVMLError,
     c_nvmlDevice_t,
 )
-from dra_driver.mig_backends.sim.simulator import MigSimulator, SimError
+from dra_driver.mig_backends.sim.rules import SimError
+from dra_driver.mig_backends.sim.simulator import MigSimulator
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,22 @@ def deref(ref: Any) -> Any:
     if isinstance(ref, ctypes._Pointer):
         return ref.contents
     return ref
+
+
+def fill_array(array_ref: Any, count_ref: Any, capacity: int, items: Sequence[_T], handle: Callable[[_T], Any]) -> int:
+    """Fill a caller's array with a handle per item and ``*count_ref`` with how many (NVML's list calls).
+
+    The array must hold ``capacity`` entries (what nvml.h says the call may return), else
+    INSUFFICIENT_SIZE before any handle is made.
+    """
+    array = deref(array_ref)
+    count = deref(count_ref)
+    if array is None or len(array) < capacity:
+        raise NVMLError(NVML_ERROR_INSUFFICIENT_SIZE)
+    for i, item in enumerate(items):
+        array[i] = handle(item)
+    count.value = len(items)
+    return NVML_SUCCESS
 
 
 class SimulatedNvmlBase:

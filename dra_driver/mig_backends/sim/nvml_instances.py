@@ -19,7 +19,6 @@ from dra_driver.mig_backends.sim.nvml_api import (
     NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
     NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_INSUFFICIENT_RESOURCES,
-    NVML_ERROR_INSUFFICIENT_SIZE,
     NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
@@ -33,7 +32,7 @@ from dra_driver.mig_backends.sim.nvml_api import (
     c_nvmlGpuInstance_t,
     c_nvmlGpuInstanceInfo_t,
 )
-from dra_driver.mig_backends.sim.nvml_handles import CiRef, GiRef, GpuRef, MigDeviceRef, SimulatedNvmlBase, deref
+from dra_driver.mig_backends.sim.nvml_handles import CiRef, GiRef, GpuRef, MigDeviceRef, SimulatedNvmlBase, deref, fill_array
 
 
 class InstanceCalls(SimulatedNvmlBase):
@@ -82,15 +81,8 @@ class InstanceCalls(SimulatedNvmlBase):
         state = self._sim(lambda: self.simulator.snapshot(uuid))
         if not state.mode_current:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-        array = deref(gpuInstancesRef)
-        count = deref(countRef)
-        if array is None or len(array) < profile.instance_count:
-            raise NVMLError(NVML_ERROR_INSUFFICIENT_SIZE)
         gis = sorted((g for g in state.gis if g.profile_id == profileId), key=lambda g: g.gi_id)
-        for i, gi in enumerate(gis):
-            array[i] = self._gi_handle(uuid, gi)
-        count.value = len(gis)
-        return NVML_SUCCESS
+        return fill_array(gpuInstancesRef, countRef, profile.instance_count, gis, lambda gi: self._gi_handle(uuid, gi))
 
     def nvmlDeviceGetGpuInstanceById(self, device: Any, gpuInstanceId: int) -> Any:
         """The GI with this id; NOT_FOUND when absent, NOT_SUPPORTED when MIG mode is off."""
@@ -183,15 +175,8 @@ class InstanceCalls(SimulatedNvmlBase):
         ci_profile = next((c for c in offered if c.profile_id == profileId), None)
         if ci_profile is None:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        array = deref(computeInstancesRef)
-        count = deref(countRef)
-        if array is None or len(array) < ci_profile.instance_count:
-            raise NVMLError(NVML_ERROR_INSUFFICIENT_SIZE)
         cis = sorted((c for c in gi.cis if c.profile_id == profileId), key=lambda c: c.ci_id)
-        for i, ci in enumerate(cis):
-            array[i] = self._ci_handle(target, ci)
-        count.value = len(cis)
-        return NVML_SUCCESS
+        return fill_array(computeInstancesRef, countRef, ci_profile.instance_count, cis, lambda ci: self._ci_handle(target, ci))
 
     def nvmlGpuInstanceGetComputeInstanceById(self, gpuInstance: Any, computeInstanceId: int) -> Any:
         """The GI's CI with this id; NOT_FOUND when absent."""

@@ -26,7 +26,7 @@ from dra_driver.mig_backends.sim import (
     products,
 )
 from dra_driver.mig_backends.sim.catalog import ProductData
-from dra_driver.mig_backends.sim.simulator import engine_budget_holds
+from dra_driver.mig_backends.sim.rules import engine_budget_holds
 from dra_driver.sources import fake
 from tests.unit.mig_backends.mig_sim_helpers import code_of, full_ci, gpus, mig_on, sim_on
 

@@ -16,7 +16,7 @@ import pytest
 
 from dra_driver.core.mig import MigMode, Placement
 from dra_driver.mig_backends.sim import MigSimulator, NvmlCode, SimError, load_instances, load_modes
-from dra_driver.mig_backends.sim.simulator import caps_minor
+from dra_driver.mig_backends.sim.rules import caps_minor
 from tests.unit.mig_backends.mig_sim_helpers import code_of, gpus, mig_on
 
 REPO = Path(__file__).resolve().parents[3]

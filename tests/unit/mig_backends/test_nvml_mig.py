@@ -21,7 +21,7 @@ from dra_driver.core.mig import MigError, MigErrorCode, MigMode, Placement
 from dra_driver.mig_backends.nvml import NvmlMigBackend
 from dra_driver.mig_backends.sim import MigSimulator, NVMLError, SimulatedNvml, product_data
 from dra_driver.mig_backends.sim import nvml_api as fn
-from dra_driver.mig_backends.sim.simulator import caps_minor
+from dra_driver.mig_backends.sim.rules import caps_minor
 from dra_driver.sources.fake import FakeGpuSource
 
 REPO = Path(__file__).resolve().parents[3]

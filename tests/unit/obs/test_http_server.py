@@ -24,14 +24,10 @@ from dra_driver.obs.http_server import (
     FD_RESERVE,
     LISTENERS_PER_PROCESS,
     LOOP_FDS,
-    Headers,
     HttpServer,
-    Limits,
-    Request,
-    RequestHead,
-    Response,
     fd_bounded_connections,
 )
+from dra_driver.obs.http_types import Headers, Limits, Request, RequestHead, Response
 from testkit.webhookcerts import make_certs
 
 FAST = Limits(

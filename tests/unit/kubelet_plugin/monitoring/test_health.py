@@ -15,12 +15,10 @@ from dra_driver.core.health import (
     GpuCheck,
     HealthBook,
     HealthEvent,
-    HealthRecordError,
     TaintPolicy,
     classify_xid,
     condition_for,
     expire,
-    from_json,
     health_message,
     is_unhealthy,
     next_expiry,
@@ -29,9 +27,9 @@ from dra_driver.core.health import (
     repair,
     tainted_devices,
     taints_for,
-    to_json,
 )
 from dra_driver.core.health_causes import EVENT_CAUSES, RECOVERY_ACTIONS, Clears, Severity
+from dra_driver.core.health_record import HealthRecordError, from_json, to_json
 from dra_driver.core.mig import MigStrategy
 from dra_driver.files.health_store import HealthStore, request_repair
 from dra_driver.sources.fake import FakeGpuSource
