@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dra_driver.cli.explain_text import render_text
-from dra_driver.core.shared_json import SharedDecoder
 from dra_driver.schedsim.allocator import Explanation, InvalidObject, explain
 from dra_driver.schedsim.allocator.admission import all_refusals
 from dra_driver.schedsim.allocator.objects import claim_spec
 from dra_driver.schedsim.allocator.validate import MAX_POD_CLAIMS, Reader, show
 from dra_driver.schedsim.gates import GateError, parse_feature_gates
 from dra_driver.schedsim.rules import NEWEST, Rules, rules_for
+from dra_driver.schedsim.shared_json import SharedDecoder
 
 if TYPE_CHECKING:
     from dra_driver.kube.explain_api import KubeExplainApi
@@ -340,7 +340,7 @@ def run_live(
             claims_f = pool.submit(api.resource_claims)
             labels_f = pool.submit(api.node_labels)
             minor_f = pool.submit(api.server_minor)
-            slice_objs = api.resource_slices()
+            slice_objs = api.resource_slices(SharedDecoder().decode)  # a cluster's slices repeat themselves
             class_map = {_name(c): c for c in classes_f.result()}
             mine = {_uid(c) for c in claims} - {""}
             allocated = [c for c in claims_f.result() if _allocated(c) and _uid(c) not in mine]

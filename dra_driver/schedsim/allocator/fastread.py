@@ -12,7 +12,7 @@ previous device's, or the one of a device of the same name) is not checked again
 copy is returned, so devices of one shape share their parts (the allocator's caches, keyed by
 those parts' identity, then compute once per shape); parts read anew that equal earlier ones in
 content are given the earlier copy too (:meth:`DeviceMemo.intern`). A part that is the very object
-read before (the slices decoder, ``dra_driver.core.shared_json``, gives equal texts one object) is
+read before (the slices decoder, ``dra_driver.schedsim.shared_json``, gives equal texts one object) is
 known at once, without comparing it. New attributes that differ from the last ones of a device of
 the same name (another node's) only in a few strings, a GPU's UUID, are read from those: only the
 values that differ are read (:func:`_attributes_like`), and each attribute value the decoder shares

@@ -33,6 +33,10 @@ def _qty_text(text: str) -> Quantity:
         return parse_quantity("0")
 
 
+class AllocationAborted(Exception):
+    """The scheduler's Filter error: the whole attempt stops (not "unsuitable node")."""
+
+
 @dataclass(slots=True)
 class Request:
     """One request or subrequest as the allocator sees it."""
