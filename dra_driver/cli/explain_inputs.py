@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from dra_driver.schedsim.allocator import InvalidObject
-from dra_driver.schedsim.allocator.objects import claim_spec
+from dra_driver.schedsim.allocator.claim_objects import claim_spec
 from dra_driver.schedsim.allocator.validate import MAX_POD_CLAIMS, Reader, show
 from dra_driver.schedsim.shared_json import SharedDecoder
 

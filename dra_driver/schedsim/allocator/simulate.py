@@ -4,15 +4,14 @@ Called by ``dra-gpu explain``. For one pod's claims on one node it gathers pools
 generation, completeness, validity), walks pools by (driver, pool), slices by name and devices in
 spec order, tries each request's alternatives in order (``firstAvailable``), checks class then
 request selectors (cached per device shape: ``outcome_cache.py``), capacity and counters (kept by
-``ledger.py``), taints and constraints,
-and backtracks until a complete allocation is found, skipping at once any choice that would put a
-claim over 32 devices. A selector error aborts the whole attempt with the scheduler's message,
-and so do a found allocation whose node selectors cannot be merged (``createNodeSelector``) and a
-search that tries more than ``MAX_SEARCH_STEPS`` devices on one node (the filter timeout). Pools
-are gathered by ``pools.py``, taints and capacity checked by ``checks.py``, constraints kept by
-``constraints.py``; ``candidates.py`` gives every device's first reason. Inputs are trusted to
-have the shapes ``validate.py`` checks. Where releases differ, the :class:`~dra_driver.schedsim.rules.Rules`
-given say which answer to give (default: the newest release's).
+``ledger.py``), taints and constraints, and backtracks until a complete allocation is found,
+skipping at once any choice that would put a claim over 32 devices. A selector error aborts the
+whole attempt with the scheduler's message, and so do a found allocation whose node selectors
+cannot be merged (``createNodeSelector``) and a search that tries more than ``MAX_SEARCH_STEPS``
+devices on one node (the filter timeout). Pools are gathered by ``pools.py``, taints and capacity
+checked by ``checks.py``, constraints kept by ``constraints.py``; ``candidates.py`` gives every
+device's first reason. Inputs are trusted to have the shapes ``validate.py`` checks. Where releases
+differ, the :class:`~dra_driver.schedsim.rules.Rules` given say which answer to give (default: the newest release's).
 """
 
 from __future__ import annotations
@@ -35,8 +34,9 @@ from dra_driver.schedsim.allocator.model import (
     claim_key,
     claim_requests,
 )
+from dra_driver.schedsim.allocator.node_selection import node_matches, unmergeable_terms
 from dra_driver.schedsim.allocator.outcome_cache import SelectorOutcomeCache
-from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec, unmergeable_terms
+from dra_driver.schedsim.allocator.pools import Pool, slice_spec
 from dra_driver.schedsim.allocator.shapes import ShapeCache
 from dra_driver.schedsim.rules import NEWEST, Rules
 
