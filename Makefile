@@ -15,7 +15,7 @@ all: test
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e . --group dev --group previous-release --group docs
+	$(VENV)/bin/pip install -q -e '.[explain]' --group dev --group previous-release --group docs
 	rm -f $(VENV)/.installed-*; touch $@
 
 venv: $(STAMP)

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from dra_driver.cli.explain import add_explain_parser
+from dra_driver.cli.explain_args import add_explain_parser
 from dra_driver.cli.health import add_health_parser
 from dra_driver.cli.top import add_top_parser
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name

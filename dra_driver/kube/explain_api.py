@@ -13,29 +13,32 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
-from dra_driver.core.shared_json import SharedDecoder
 from dra_driver.kube.client import KubeConfigError, load_api_client
 from dra_driver.kube.rest import check_next_page, decode_object, list_page
 from dra_driver.kube.slices_api import RESOURCE_SLICES_PATH, KubeApiError, KubeSliceApi
 
-__all__ = ["KubeApiError", "KubeExplainApi", "connect"]
+__all__ = ["Decode", "KubeApiError", "KubeExplainApi", "connect"]
 
 _RESOURCE = "/apis/resource.k8s.io/v1"
+# A page's body -> its JSON value (as json.loads gives it), or None where this decoder does not read it.
+Decode = Callable[[bytes], Any]
 _PAGE = 500
 
 
 class KubeExplainApi(KubeSliceApi):
     """Cluster-wide reads of the objects allocation depends on."""
 
-    def list_all(self, path: str, decoder: SharedDecoder | None = None) -> list[dict[str, Any]]:
+    def list_all(self, path: str, decode: Decode | None = None) -> list[dict[str, Any]]:
         """Every item of a collection, following ``continue`` tokens, a page at a time.
 
-        ``decoder``: decodes each page with equal parts shared, across pages too (ResourceSlices:
-        see ``dra_driver.core.shared_json``); a page it does not read is decoded the usual way.
+        ``decode``: decodes each page's body, None where it does not read it (then the page is
+        decoded the usual way); the CLI passes one that shares equal parts across pages
+        (ResourceSlices: ``dra_driver.schedsim.shared_json``), so this adapter needs no JSON library of its own.
 
         The next page is asked for while this one is decoded: its ``continue`` token is read from
         the head of the page's body (the list's ``metadata`` comes before its items) and a
@@ -52,7 +55,7 @@ class KubeExplainApi(KubeSliceApi):
                 status, data = pending.result()
                 guess = continue_token(data)
                 ahead = pool.submit(self._page, path, guess) if guess and guess not in seen else None
-                got, _, cont = list_page(_decode(decoder, status, data), path.rsplit("/", 1)[-1])
+                got, _, cont = list_page(_decode(decode, status, data), path.rsplit("/", 1)[-1])
                 items.extend(got)
                 if ahead is not None and guess != cont:
                     _drop(ahead)
@@ -69,9 +72,9 @@ class KubeExplainApi(KubeSliceApi):
             query.append(("continue", cont))
         return self._rest.fetch("GET", path, query=query)
 
-    def resource_slices(self) -> list[dict[str, Any]]:
-        """All ResourceSlices (every driver, every node)."""
-        return self.list_all(RESOURCE_SLICES_PATH, SharedDecoder())  # a cluster's slices repeat themselves
+    def resource_slices(self, decode: Decode | None = None) -> list[dict[str, Any]]:
+        """All ResourceSlices (every driver, every node), each page read by ``decode`` where it can (see :meth:`list_all`)."""
+        return self.list_all(RESOURCE_SLICES_PATH, decode)
 
     def device_classes(self) -> list[dict[str, Any]]:
         """All DeviceClasses."""
@@ -130,10 +133,10 @@ def continue_token(data: bytes) -> str:
     return token if isinstance(token, str) else ""
 
 
-def _decode(decoder: SharedDecoder | None, status: int, data: bytes) -> dict[str, Any]:
-    """A page's JSON object: by ``decoder`` where it reads it (the same value as ``json.loads``), else :func:`decode_object`."""
-    if decoder is not None:
-        shared = decoder.decode(data)
+def _decode(decode: Decode | None, status: int, data: bytes) -> dict[str, Any]:
+    """A page's JSON object: by ``decode`` where it reads it (the same value as ``json.loads``), else :func:`decode_object`."""
+    if decode is not None:
+        shared = decode(data)
         if isinstance(shared, dict):
             return shared
     return decode_object(status, data)

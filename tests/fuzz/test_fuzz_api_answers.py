@@ -29,6 +29,7 @@ from dra_driver.kube.connection import ApiConnection
 from dra_driver.kube.explain_api import KubeExplainApi
 from dra_driver.kube.rest import KubeApiError
 from dra_driver.kube.slices_api import KubeSliceApi
+from dra_driver.schedsim.shared_json import SharedDecoder
 from testkit.claimdata import allocated_claim
 from tests.fuzz import harness
 
@@ -213,7 +214,7 @@ def test_explains_cluster_wide_lists_turn_any_answer_into_a_kube_api_error(serve
     api = KubeExplainApi(connection(server), request_timeout_s=2.0)
 
     def list_all() -> None:
-        assert all(isinstance(i, dict) for i in api.resource_slices())
+        assert all(isinstance(i, dict) for i in api.resource_slices(SharedDecoder().decode))
 
     fuzz_answers(server, "api answer: explain list", list_page, list_all, (KubeApiError,))
 

@@ -189,7 +189,7 @@ class FakeExplainApi:
     def get(self, kind: str, namespace: str, name: str) -> Any:
         return {"pod": self.pod, "resourceclaimtemplate": self.template}.get(kind, self.docs["manifests"][6])
 
-    def resource_slices(self) -> Docs:
+    def resource_slices(self, decode: Any = None) -> Docs:
         return self.docs["slices"]
 
     def device_classes(self) -> Docs:

@@ -16,9 +16,8 @@ PAGE = ROOT / "docs" / "reference" / "flags.md"
 
 
 def test_the_committed_flag_reference_is_what_the_generator_prints() -> None:
-    printed = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gen_reference.py"), "flags", "--stdout"], capture_output=True, text=True, check=True
-    ).stdout
+    command = [sys.executable, str(ROOT / "scripts" / "gen_reference.py"), "flags", "--stdout"]
+    printed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     assert PAGE.read_text() == printed, f"docs/reference/flags.md is stale: regenerate it with `{REGENERATE}`"
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from dra_driver.schedsim.allocator.checks import CapacityError, untolerated_taint
 from dra_driver.schedsim.allocator.model import Candidate, Request
-from dra_driver.schedsim.allocator.pools import Pool, node_matches, slice_spec
+from dra_driver.schedsim.allocator.node_selection import node_matches
+from dra_driver.schedsim.allocator.pools import Pool, slice_spec
 from dra_driver.schedsim.allocator.shapes import NOT_STORED, SelectorOutcome
 from dra_driver.schedsim.allocator.simulate import NodeAllocator
 

@@ -18,9 +18,10 @@ from typing import Any
 
 from dra_driver.core.quantity import QuantityError
 from dra_driver.schedsim.allocator.candidates import explain_request
+from dra_driver.schedsim.allocator.claim_objects import read_allocated, read_claim, read_class
 from dra_driver.schedsim.allocator.fastread import DeviceMemo
 from dra_driver.schedsim.allocator.model import AllocatedState, Candidate, NodeOutcome, claim_key, claim_requests
-from dra_driver.schedsim.allocator.objects import read_allocated, read_claim, read_class, read_node_labels, read_slice
+from dra_driver.schedsim.allocator.objects import read_node_labels, read_slice
 from dra_driver.schedsim.allocator.pools import SliceIndex, gather_pools
 from dra_driver.schedsim.allocator.shapes import ShapeCache
 from dra_driver.schedsim.allocator.simulate import SEARCH_BUDGET_S, NodeAllocator

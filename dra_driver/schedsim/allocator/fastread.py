@@ -12,7 +12,7 @@ previous device's, or the one of a device of the same name) is not checked again
 copy is returned, so devices of one shape share their parts (the allocator's caches, keyed by
 those parts' identity, then compute once per shape); parts read anew that equal earlier ones in
 content are given the earlier copy too (:meth:`DeviceMemo.intern`). A part that is the very object
-read before (the slices decoder, ``dra_driver.core.shared_json``, gives equal texts one object) is
+read before (the slices decoder, ``dra_driver.schedsim.shared_json``, gives equal texts one object) is
 known at once, without comparing it. New attributes that differ from the last ones of a device of
 the same name (another node's) only in a few strings, a GPU's UUID, are read from those: only the
 values that differ are read (:func:`_attributes_like`), and each attribute value the decoder shares
@@ -274,7 +274,7 @@ def _consumptions(v: Any) -> list[dict[str, Any]] | None:
     return out
 
 
-def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR0911, PLR0912, PLR0915 - one early return per shape it declines
+def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:
     """The checked copy of a device of the usual shape (equal to ``objects._device``'s), or None to read it the slow way."""
     if type(m) is not dict or not m.keys() <= _FIELDS:
         return None
@@ -282,77 +282,113 @@ def read_device(m: Any, memo: DeviceMemo) -> dict[str, Any] | None:  # noqa: PLR
     if name is not None and (type(name) is not str or len(name) > MAX_NAME_LENGTH):
         return None
     pair = memo.by_name.get(name, _NOTHING) if name is not None else _NOTHING
-    seen_caps, seen_ccs = pair
-    attrs_in = m.get("attributes")
-    attrs: dict[str, Any] = _EMPTY
-    if type(attrs_in) is dict:
-        prev = memo.attributes
-        if prev is None or (prev.raw is not attrs_in and not prev.same(attrs_in)):
-            prev = memo.by_id.get(id(attrs_in))  # the same object read before (shared by the decoder)
-            if prev is None or prev.raw is not attrs_in:
-                like = memo.attributes_by_name.get(name) if name is not None else None
-                read = _attributes_like(attrs_in, like, memo.entries) if like is not None else None
-                if read is None:
-                    read = _attributes(attrs_in, memo.entries)
-                if read is None:
-                    return None
-                copy, numeric, key, error, changed = read
-                if changed and like is not None:
-                    # Read from like's copy, a few strings apart (a GPU's UUID): a map of its own, not
-                    # interned (hashing its content for the rare equal one would cost more than it saves).
-                    memo.errors[id(copy)] = (copy, error)
-                    memo.derived[id(copy)] = (copy, like.copy, changed)
-                    interned = copy
-                else:
-                    interned = memo.intern(key, copy)
-                    if interned is copy:
-                        memo.errors[id(copy)] = (copy, error)
-                prev = memo.by_id[id(attrs_in)] = _Seen(attrs_in, interned, numeric, key, error)
-            memo.attributes = prev
-        if name is not None:
-            memo.attributes_by_name[name] = prev
-        attrs = prev.copy
-    elif attrs_in is not None or "attributes" in m:
+    parts = _read_maps(m, name, pair[0], memo)
+    if parts is None:
         return None
-    caps_in = m.get("capacity")
-    caps: dict[str, Any] = _EMPTY
-    if type(caps_in) is dict:
-        if seen_caps is not None and (seen_caps.raw is caps_in or seen_caps.same(caps_in)):
-            caps = seen_caps.copy
-        else:
-            fresh = _quantities(caps_in, MAX_ATTRIBUTES_AND_CAPACITIES)
-            if fresh is None:
-                return None
-            caps = memo.intern(("c", *((n, c["value"]) for n, c in fresh.items())), fresh)
-            if caps is fresh:
-                memo.errors[id(fresh)] = (fresh, capacity_error(fresh))
-            seen_caps = _Seen(caps_in, caps)
-    elif caps_in is not None or "capacity" in m:
-        return None
-    if len(attrs) + len(caps) > MAX_ATTRIBUTES_AND_CAPACITIES:
-        return None
+    attrs, caps, seen_caps = parts
     out: dict[str, Any] = {} if name is None else {"name": name}
-    if attrs_in is not None:
+    if m.get("attributes") is not None:
         out["attributes"] = attrs
-    if caps_in is not None:
+    if m.get("capacity") is not None:
         out["capacity"] = caps
     multi = m.get("allowMultipleAllocations")
     if multi is not None:
         if type(multi) is not bool:
             return None
         out["allowMultipleAllocations"] = multi
+    seen_ccs = pair[1]
     ccs_in = m.get("consumesCounters")
     if ccs_in is not None:
-        if seen_ccs is not None and (seen_ccs.raw is ccs_in or seen_ccs.same_consumptions(ccs_in)):
-            ccs = seen_ccs.copy
-        else:
-            ccs = _consumptions(ccs_in)
-            if ccs is None:
-                return None
-            key = tuple((cc.get("counterSet"), *((n, c["value"]) for n, c in cc["counters"].items())) for cc in ccs)
-            ccs = memo.intern(("k", *key), ccs)
-            seen_ccs = _Seen(ccs_in, ccs)
-        out["consumesCounters"] = ccs
+        got_ccs = _read_consumptions(ccs_in, seen_ccs, memo)
+        if got_ccs is None:
+            return None
+        out["consumesCounters"], seen_ccs = got_ccs
     if name is not None and (seen_caps is not pair[0] or seen_ccs is not pair[1]):
         memo.by_name[name] = (seen_caps, seen_ccs)
     return out
+
+
+def _read_maps(
+    m: dict[str, Any], name: str | None, seen_caps: _Seen | None, memo: DeviceMemo
+) -> tuple[dict[str, Any], dict[str, Any], _Seen | None] | None:
+    """(attributes, capacity, what the name's devices had as capacity last), within the bound on both; None to decline."""
+    attrs = _read_attributes(m, name, memo)
+    if attrs is None:
+        return None
+    got_caps = _read_capacity(m, seen_caps, memo)
+    if got_caps is None:
+        return None
+    caps, seen = got_caps
+    if len(attrs) + len(caps) > MAX_ATTRIBUTES_AND_CAPACITIES:
+        return None
+    return attrs, caps, seen
+
+
+def _read_attributes(m: dict[str, Any], name: str | None, memo: DeviceMemo) -> dict[str, Any] | None:
+    """The device's attributes (the copy of an equal map read before where there is one); None to decline."""
+    attrs_in = m.get("attributes")
+    if type(attrs_in) is not dict:
+        return None if attrs_in is not None or "attributes" in m else _EMPTY
+    prev = memo.attributes
+    if prev is None or (prev.raw is not attrs_in and not prev.same(attrs_in)):
+        prev = memo.by_id.get(id(attrs_in))  # the same object read before (shared by the decoder)
+        if prev is None or prev.raw is not attrs_in:
+            prev = _read_new_attributes(attrs_in, name, memo)
+            if prev is None:
+                return None
+        memo.attributes = prev
+    if name is not None:
+        memo.attributes_by_name[name] = prev
+    copy: dict[str, Any] = prev.copy
+    return copy
+
+
+def _read_new_attributes(attrs_in: dict[str, Any], name: str | None, memo: DeviceMemo) -> _Seen | None:
+    """Attributes not read before: from the last ones of a device of the same name where they differ in a few strings."""
+    like = memo.attributes_by_name.get(name) if name is not None else None
+    read = _attributes_like(attrs_in, like, memo.entries) if like is not None else None
+    if read is None:
+        read = _attributes(attrs_in, memo.entries)
+    if read is None:
+        return None
+    copy, numeric, key, error, changed = read
+    if changed and like is not None:
+        # Read from like's copy, a few strings apart (a GPU's UUID): a map of its own, not
+        # interned (hashing its content for the rare equal one would cost more than it saves).
+        memo.errors[id(copy)] = (copy, error)
+        memo.derived[id(copy)] = (copy, like.copy, changed)
+        interned = copy
+    else:
+        interned = memo.intern(key, copy)
+        if interned is copy:
+            memo.errors[id(copy)] = (copy, error)
+    seen = memo.by_id[id(attrs_in)] = _Seen(attrs_in, interned, numeric, key, error)
+    return seen
+
+
+def _read_capacity(m: dict[str, Any], seen_caps: _Seen | None, memo: DeviceMemo) -> tuple[dict[str, Any], _Seen | None] | None:
+    """(the device's capacity, what its name's devices had last); None to decline."""
+    caps_in = m.get("capacity")
+    if type(caps_in) is not dict:
+        return None if caps_in is not None or "capacity" in m else (_EMPTY, seen_caps)
+    if seen_caps is not None and (seen_caps.raw is caps_in or seen_caps.same(caps_in)):
+        return seen_caps.copy, seen_caps
+    fresh = _quantities(caps_in, MAX_ATTRIBUTES_AND_CAPACITIES)
+    if fresh is None:
+        return None
+    caps = memo.intern(("c", *((n, c["value"]) for n, c in fresh.items())), fresh)
+    if caps is fresh:
+        memo.errors[id(fresh)] = (fresh, capacity_error(fresh))
+    return caps, _Seen(caps_in, caps)
+
+
+def _read_consumptions(ccs_in: Any, seen_ccs: _Seen | None, memo: DeviceMemo) -> tuple[Any, _Seen] | None:
+    """(the device's counter consumption, as its name's devices have it now); None to decline."""
+    if seen_ccs is not None and (seen_ccs.raw is ccs_in or seen_ccs.same_consumptions(ccs_in)):
+        return seen_ccs.copy, seen_ccs
+    ccs = _consumptions(ccs_in)
+    if ccs is None:
+        return None
+    key = tuple((cc.get("counterSet"), *((n, c["value"]) for n, c in cc["counters"].items())) for cc in ccs)
+    ccs = memo.intern(("k", *key), ccs)
+    return ccs, _Seen(ccs_in, ccs)

@@ -33,6 +33,15 @@ def _qty_text(text: str) -> Quantity:
         return parse_quantity("0")
 
 
+def slice_spec(s: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A ResourceSlice's ``spec`` (empty if absent)."""
+    return s.get("spec") or {}
+
+
+class AllocationAborted(Exception):
+    """The scheduler's Filter error: the whole attempt stops (not "unsuitable node")."""
+
+
 @dataclass(slots=True)
 class Request:
     """One request or subrequest as the allocator sees it."""

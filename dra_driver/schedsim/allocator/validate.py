@@ -1,6 +1,7 @@
 """Type checks and bounds for the API objects the simulator takes: :class:`Reader`, the API's limits.
 
-Called by the object readers (``objects.py``), by :func:`dra_driver.schedsim.allocator.explain`
+Called by the object readers (``objects.py``, ``claim_objects.py``: also :func:`named_reader`,
+:func:`read_metadata`, :func:`put_present`), by :func:`dra_driver.schedsim.allocator.explain`
 (the input lists) and by ``dra-gpu explain`` (pods and claim templates), before any simulation.
 Objects come from files a user wrote or from the API server as plain JSON, so any field may hold
 the wrong type. The readers copy only the fields the simulator reads, check each one's type as
@@ -187,3 +188,32 @@ class Reader:
         if err is not None:
             self.fail(path, f"invalid quantity: {err}")
         return text
+
+
+# -- what every object reader (objects.py, claim_objects.py) starts from ------------------------
+def put_present(out: dict[str, Any], key: str, value: Any) -> None:
+    """``out[key] = value`` unless the value is None (Go ignores a null field)."""
+    if value is not None:
+        out[key] = value
+
+
+def named_reader(kind: str, obj: Any, index: int) -> tuple[Reader, Mapping[str, Any]]:
+    """A reader named after the object (``Kind ns/name``, or ``Kind #index`` when it has no usable name)."""
+    r = Reader(f"{kind} #{index + 1}")
+    o = r.top(obj)
+    meta = o.get("metadata")
+    if isinstance(meta, Mapping):
+        name, ns = meta.get("name"), meta.get("namespace")
+        if isinstance(name, str) and name and len(name) <= MAX_NAME_LENGTH:
+            prefix = f"{show(ns)}/" if isinstance(ns, str) and ns and len(ns) <= MAX_NAME_LENGTH else ""
+            r.label = f"{kind} {prefix}{show(name)}"
+    return r, o
+
+
+def read_metadata(r: Reader, v: Any) -> dict[str, Any]:
+    """An object's ``metadata``: its name, namespace and uid (where set)."""
+    m = r.obj(v, "metadata")
+    out: dict[str, Any] = {}
+    for k in ("name", "namespace", "uid"):
+        put_present(out, k, r.text(m.get(k), f"metadata.{k}"))
+    return out

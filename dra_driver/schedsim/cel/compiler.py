@@ -24,7 +24,7 @@ from dra_driver.schedsim.cel.decls import attribute_type, new_list_attributes
 from dra_driver.schedsim.cel.estimate import Environment, estimate
 from dra_driver.schedsim.cel.nodes import Expr, Issue, Source, SyntaxIssue
 from dra_driver.schedsim.cel.planner import PlanError, plan
-from dra_driver.schedsim.cel.projection import Reads, reads
+from dra_driver.schedsim.cel.reads import Reads, reads
 from dra_driver.schedsim.cel.runtime import BUDGET, Plan, RuntimeBudget
 from dra_driver.schedsim.cel.syntax import parse
 from dra_driver.schedsim.rules import NEWEST, Rules

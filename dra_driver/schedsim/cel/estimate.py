@@ -23,15 +23,11 @@ qualification of a computed value, as cel-go's interpreter does even where its e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from dra_driver.schedsim.cel import types
 from dra_driver.schedsim.cel.checker import Checked
 from dra_driver.schedsim.cel.costmath import (
     ACCUMULATORS,
     CONST_COST,
-    DEVICE_V134,
     LIST_CREATE_BASE_COST,
     MAP_CREATE_BASE_COST,
     REGEX_STRING_LENGTH_COST_FACTOR,
@@ -39,7 +35,6 @@ from dra_driver.schedsim.cel.costmath import (
     STRING_TRAVERSAL_COST_FACTOR,
     U64,
     UNKNOWN,
-    Decl,
     Est,
     Node,
     add_u64,
@@ -51,70 +46,12 @@ from dra_driver.schedsim.cel.costmath import (
     fixed,
 )
 from dra_driver.schedsim.cel.estimate_library import extension_cost, kubernetes_cost
+from dra_driver.schedsim.cel.estimate_sizes import Entry, Environment, Local, cel_kind, is_scalar, literal_size
 from dra_driver.schedsim.cel.nodes import Call, Comprehension, CreateList, CreateMap, Expr, Ident, Literal, Select
-from dra_driver.schedsim.cel.values import Uint
 
-_STRUCT_NAMES = frozenset({"kubernetes.Quantity", "kubernetes.Semver", "kubernetes.NamedFormat", "kubernetes.URL"})
 _STRING_COMPARISONS = frozenset(
     f"{op}_{t}" for op in ("less", "greater", "less_equals", "greater_equals") for t in ("string", "bytes")
 ) | {"equals", "not_equals"}
-
-
-# -- the estimator ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Environment:
-    """What differs between the releases' estimators.
-
-    ``cel_go``: the cel-go minor (26: ``matches()`` as a global function has no size estimate);
-    ``includes``: whose ``includes`` is declared ("dra": 1.36's own estimate of 48 values; "lists":
-    the Kubernetes lists library's); ``device``: the declared device type (with
-    ``allowMultipleAllocations`` where the environment has consumable capacity); ``bound``: charge
-    what the interpreter charges beyond the estimate (see the module docstring).
-    """
-
-    cel_go: int = 29
-    includes: str = "lists"
-    device: Decl = DEVICE_V134
-    bound: bool = False
-
-
-@dataclass(slots=True)
-class _Entry:
-    """``entrySizeEstimate``: the container kind and the sizes of its keys (or indices) and values."""
-
-    kind: str
-    key: Est
-    val: Est
-
-
-@dataclass(slots=True)
-class _Local:
-    path: list[str]
-    size: Est | None
-    entry: _Entry | None
-
-
-def _literal_size(v: Any) -> Est | None:
-    if isinstance(v, str):
-        return fixed(len(v))
-    if isinstance(v, bytes):
-        return fixed(len(v))
-    if v is None or isinstance(v, bool | int | float | Uint):
-        return fixed(1)
-    return None
-
-
-def _kind(t: types.Type) -> str:
-    """cel-go's kind of a type (Quantity, Semver, URL and named formats are object types there)."""
-    if t.kind == types.OPAQUE_KIND and (t.name in _STRUCT_NAMES or t.name.startswith("kubernetes.authorization.")):
-        return types.STRUCT_KIND
-    return t.kind
-
-
-def _is_scalar(t: types.Type) -> bool:
-    if t.kind in (types.BOOL_KIND, types.DOUBLE_KIND, types.DURATION_KIND, types.INT_KIND, types.TIMESTAMP_KIND, types.UINT_KIND):
-        return True
-    return types.is_optional(t) and _is_scalar(t.params[0])
 
 
 class Coster:
@@ -124,20 +61,20 @@ class Coster:
         self.checked = checked
         self.env = env
         self.paths: dict[int, list[str]] = {}
-        self.locals: dict[str, list[_Local]] = {}
+        self.locals: dict[str, list[Local]] = {}
         self.sizes: dict[int, Est] = {}
-        self.entries: dict[int, _Entry] = {}
+        self.entries: dict[int, Entry] = {}
 
     # -- bookkeeping --------------------------------------------------------------------------------
     def type_of(self, e: Expr) -> types.Type:
         return self.checked.types.get(e.id, types.DYN)
 
-    def peek(self, name: str) -> _Local | None:
+    def peek(self, name: str) -> Local | None:
         stack = self.locals.get(name)
         return stack[-1] if stack else None
 
-    def push(self, name: str, path: list[str], size: Est | None, entry: _Entry | None) -> None:
-        self.locals.setdefault(name, []).append(_Local(path, size, entry))
+    def push(self, name: str, path: list[str], size: Est | None, entry: Entry | None) -> None:
+        self.locals.setdefault(name, []).append(Local(path, size, entry))
 
     def pop(self, name: str) -> None:
         self.locals[name].pop()
@@ -171,7 +108,7 @@ class Coster:
         if hit is not None:
             return hit
         if isinstance(e, Literal):
-            s = _literal_size(e.value)
+            s = literal_size(e.value)
             if s is not None:
                 return s
         elif isinstance(e, CreateList):
@@ -182,7 +119,7 @@ class Coster:
         if declared is not None:
             self.sizes[e.id] = declared
             return declared
-        if _is_scalar(self.type_of(e)):
+        if is_scalar(self.type_of(e)):
             return fixed(1)
         if isinstance(e, Ident):
             v = self.peek(e.name)
@@ -198,7 +135,7 @@ class Coster:
         if s is not None:
             self.sizes[e.id] = s
 
-    def entry(self, e: Expr) -> _Entry | None:
+    def entry(self, e: Expr) -> Entry | None:
         """``computeEntrySize``."""
         hit = self.entries.get(e.id)
         if hit is not None:
@@ -209,7 +146,7 @@ class Coster:
                 return v.entry
         return None
 
-    def set_entry(self, e: Expr, s: _Entry | None) -> None:
+    def set_entry(self, e: Expr, s: Entry | None) -> None:
         if s is not None:
             self.entries[e.id] = s
 
@@ -243,7 +180,7 @@ class Coster:
         total = self.cost(e.operand)
         if self.env.bound:
             total = e_add(total, fixed(SELECT_AND_IDENT_COST + (0 if self.is_attribute(e.operand) else 1)))
-        elif _kind(self.type_of(e.operand)) in (types.MAP_KIND, types.STRUCT_KIND, types.TYPE_PARAM_KIND):
+        elif cel_kind(self.type_of(e.operand)) in (types.MAP_KIND, types.STRUCT_KIND, types.TYPE_PARAM_KIND):
             total = e_add(total, fixed(SELECT_AND_IDENT_COST))
         self.paths[e.id] = [*self.get_path(e.operand), e.field]
         return total
@@ -299,7 +236,7 @@ class Coster:
         for x in e.elements:
             total = e_add(total, self.cost(x))
             item = e_union(item, self.size_or_unknown(x))
-        self.set_entry(e, _Entry(types.LIST_KIND, fixed(1), item))
+        self.set_entry(e, Entry(types.LIST_KIND, fixed(1), item))
         return e_add(total, fixed(LIST_CREATE_BASE_COST))
 
     def cost_map(self, e: CreateMap) -> Est:
@@ -312,7 +249,7 @@ class Coster:
             total = e_add(total, self.cost(en.value))
             key = e_union(key, self.size_or_unknown(en.key))
             val = e_union(val, self.size_or_unknown(en.value))
-        self.set_entry(e, _Entry(types.MAP_KIND, key, val))
+        self.set_entry(e, Entry(types.MAP_KIND, key, val))
         return e_add(total, fixed(MAP_CREATE_BASE_COST))
 
     def _push_iter(self, name: str, rng: Expr, role: str) -> None:
@@ -426,13 +363,13 @@ class Coster:
             size = e_union(self.sized(args[1]), self.sized(args[2]))
             t, f = self.entry_of(args[1]), self.entry_of(args[2])
             if t is not None and f is not None:
-                self.set_entry(e, _Entry(t.kind, e_union(t.key, f.key), e_union(t.val, f.val)))
+                self.set_entry(e, Entry(t.kind, e_union(t.key, f.key), e_union(t.val, f.val)))
             return e_add(arg_costs[0], e_union(arg_costs[1], arg_costs[2])), size
         if overload in ("add_string", "add_bytes", "add_list") and len(args) == 2:
             result = e_add(self.sized(args[0]), self.sized(args[1]))
             a, b = self.entry_of(args[0]), self.entry_of(args[1])
             if a is not None and b is not None:
-                self.set_entry(e, _Entry(a.kind, e_union(a.key, b.key), e_union(a.val, b.val)))
+                self.set_entry(e, Entry(a.kind, e_union(a.key, b.key), e_union(a.val, b.val)))
             if overload == "add_list":
                 return e_add(fixed(1), arg_sum), result
             return e_add(e_factor(result, STRING_TRAVERSAL_COST_FACTOR), arg_sum), result
@@ -442,7 +379,7 @@ class Coster:
             return e_add(e_factor((1 if smallest > 0 else 0, smallest), STRING_TRAVERSAL_COST_FACTOR), arg_sum), None
         return e_add(fixed(1), arg_sum), None
 
-    def entry_of(self, n: Node) -> _Entry | None:
+    def entry_of(self, n: Node) -> Entry | None:
         return None if n.expr is None else self.entry(n.expr)
 
     @staticmethod

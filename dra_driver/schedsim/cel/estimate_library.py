@@ -105,96 +105,155 @@ def list_element(target: Node) -> Node | None:
     return Node(path, target.type.params[0], None, None)
 
 
-def kubernetes_cost(  # noqa: PLR0911, PLR0912, PLR0915 - one branch per function, as the Kubernetes library's EstimateCallCost
+def kubernetes_cost(
     size: Sizer, includes: str, function: str, overload: str, *, target: Node | None, args: list[Node]
 ) -> tuple[Est, Est | None] | None:
-    """``library.CostEstimator.EstimateCallCost`` (and 1.36's DRA ``includes``)."""
+    """``library.CostEstimator.EstimateCallCost`` (and 1.36's DRA ``includes``), by function name as there."""
+    simple = _simple_cost(size, includes, function, overload, target=target, args=args)
+    if simple is not None:
+        return simple
+    if function in _LIST_FUNCTIONS and (function != "includes" or includes == "lists"):
+        return _list_cost(size, function, target)
+    by_name = _BY_FUNCTION.get(function)
+    if by_name is not None:
+        return by_name(size, function, overload, target, args)
+    if function == "_==_" and len(args) == 2 and args[0].type == args[1].type:
+        return _equality_cost(args[0].type, args[1])
+    return None
+
+
+_LIST_FUNCTIONS = ("isSorted", "sum", "max", "min", "indexOf", "lastIndexOf", "includes")
+_Result = tuple[Est, Est | None] | None  # (the call's cost, its result's size where it has one); None: no estimate
+_Estimate = Callable[[Sizer, str, str, Node | None, list[Node]], _Result]
+
+
+def _simple_cost(size: Sizer, includes: str, function: str, overload: str, *, target: Node | None, args: list[Node]) -> _Result:
+    """The flat costs (DRA's ``includes``, ``check``, the O(1) functions) and the selectors'; None for any other function."""
     if function == "includes" and overload == "dra_includes_dyn_dyn" and includes == "dra" and target is not None:
         return (0, MAX_ATTRIBUTE_VALUES), None
     if function == "check":
         return fixed(AUTHZ_CHECK_COST), None
     if function in FLAT_COST_FUNCTIONS:
         return fixed(1), None
-    if function in ("fieldSelector", "labelSelector"):
-        return (_selector_cost(size(args[0])), None) if len(args) == 1 else None
-    listy = ("isSorted", "sum", "max", "min", "indexOf", "lastIndexOf", "includes")
-    if function in listy and (function != "includes" or includes == "lists"):
-        if target is None:
-            return None
-        el = list_element(target)
-        if el is not None:
-            el_cost = fixed(1)
-            if el.type.kind in (types.STRING_KIND, types.BYTES_KIND):
-                el_cost = e_add(el_cost, e_factor(size(el), STRING_TRAVERSAL_COST_FACTOR))
-            return e_mul(size(target), el_cost), None
-        if function == "includes":
-            return e_mul(size(target), fixed(1)), None
-        return e_factor(size(target), STRING_TRAVERSAL_COST_FACTOR), None
-    if function in ("url", "jsonpatch.escapeKey"):
-        if len(args) != 1:
-            return None
-        sz = size(args[0])
-        return e_factor(sz, STRING_TRAVERSAL_COST_FACTOR), sz
-    if function in ("lowerAscii", "upperAscii", "substring", "trim"):
-        if target is None:
-            return None
-        sz = size(target)
-        return e_factor(sz, STRING_TRAVERSAL_COST_FACTOR), sz
-    if function == "replace":
-        if target is None or len(args) < 2:
-            return None
-        return _replace_cost(size, target, args)
-    if function == "split":
-        if target is None:
-            return None
-        sz = size(target)
-        top = sz[1]
-        if len(args) > 1 and isinstance(args[1].expr, Literal) and type(args[1].expr.value) is int:
-            top = args[1].expr.value & U64
-        return e_factor(sz, 2 * STRING_TRAVERSAL_COST_FACTOR), (0, top)
-    if function == "join":
-        if target is None:
-            return None
-        return _join_cost(size, target, args)
-    if function in ("find", "findAll"):
-        if target is None or not args:
-            return None
-        sz = size(target)
-        s = e_factor(e_add(sz, (1, 1)), STRING_TRAVERSAL_COST_FACTOR)
-        r = e_factor(size(args[0]), REGEX_STRING_LENGTH_COST_FACTOR)
-        return e_mul(s, r), (0, sz[1])
-    if function in ("cidr", "isIP", "isCIDR", "quantity", "isQuantity", "semver", "isSemver"):
-        if not args:
-            return None
-        return e_factor(size(args[0]), STRING_TRAVERSAL_COST_FACTOR), None
-    if function == "ip":
-        if overload == "cidr_ip":
-            return fixed(1), None
-        if not args:
-            return None
-        return e_factor(size(args[0]), STRING_TRAVERSAL_COST_FACTOR), None
-    if function == "ip.isCanonical":
-        if not args:
-            return None
-        return e_factor(size(args[0]), 2 * STRING_TRAVERSAL_COST_FACTOR), None
-    if function in ("containsIP", "containsCIDR"):
-        if not args:
-            return None
-        ip = (4, 16)
-        c = e_factor(e_add(ip, ip), STRING_TRAVERSAL_COST_FACTOR)
-        if function == "containsCIDR":
-            c = e_add(e_add(c, e_factor(ip, STRING_TRAVERSAL_COST_FACTOR)), fixed(1))
-        if overload in ("cidr_contains_ip_string", "cidr_contains_cidr_string"):
-            c = e_add(c, e_factor(size(args[0]), STRING_TRAVERSAL_COST_FACTOR))
-        return c, None
-    if function == "validate":
-        if not args:
-            return None
-        c = e_factor(size(args[0]), STRING_TRAVERSAL_COST_FACTOR)
-        return e_factor(c, MAX_NAME_FORMAT_REGEX_SIZE * REGEX_STRING_LENGTH_COST_FACTOR), None
-    if function == "_==_" and len(args) == 2 and args[0].type == args[1].type:
-        return _equality_cost(args[0].type, args[1])
-    return None
+    if function in ("fieldSelector", "labelSelector") and len(args) == 1:
+        return _selector_cost(size(args[0])), None
+    return None  # (a selector call of another arity has no estimate: no other case names it)
+
+
+def _list_cost(size: Sizer, function: str, target: Node | None) -> _Result:
+    """The lists library's functions (and ``includes`` where it is the lists library's): a traversal of the list."""
+    if target is None:
+        return None
+    el = list_element(target)
+    if el is not None:
+        el_cost = fixed(1)
+        if el.type.kind in (types.STRING_KIND, types.BYTES_KIND):
+            el_cost = e_add(el_cost, e_factor(size(el), STRING_TRAVERSAL_COST_FACTOR))
+        return e_mul(size(target), el_cost), None
+    if function == "includes":
+        return e_mul(size(target), fixed(1)), None
+    return e_factor(size(target), STRING_TRAVERSAL_COST_FACTOR), None
+
+
+def _of_argument(
+    size: Sizer, function: str, overload: str, target: Node | None, args: list[Node]
+) -> tuple[Est, Est | None] | None:
+    """``url`` and ``jsonpatch.escapeKey``: a traversal of the argument, the result as long."""
+    if len(args) != 1:
+        return None
+    sz = size(args[0])
+    return e_factor(sz, STRING_TRAVERSAL_COST_FACTOR), sz
+
+
+def _of_receiver(
+    size: Sizer, function: str, overload: str, target: Node | None, args: list[Node]
+) -> tuple[Est, Est | None] | None:
+    """``lowerAscii``, ``upperAscii``, ``substring``, ``trim``: a traversal of the string, the result at most as long."""
+    if target is None:
+        return None
+    sz = size(target)
+    return e_factor(sz, STRING_TRAVERSAL_COST_FACTOR), sz
+
+
+def _replace(size: Sizer, function: str, overload: str, target: Node | None, args: list[Node]) -> _Result:
+    return None if target is None or len(args) < 2 else _replace_cost(size, target, args)
+
+
+def _split(size: Sizer, function: str, overload: str, target: Node | None, args: list[Node]) -> _Result:
+    if target is None:
+        return None
+    sz = size(target)
+    top = sz[1]
+    if len(args) > 1 and isinstance(args[1].expr, Literal) and type(args[1].expr.value) is int:
+        top = args[1].expr.value & U64
+    return e_factor(sz, 2 * STRING_TRAVERSAL_COST_FACTOR), (0, top)
+
+
+def _join(size: Sizer, function: str, overload: str, target: Node | None, args: list[Node]) -> _Result:
+    return None if target is None else _join_cost(size, target, args)
+
+
+def _find(size: Sizer, function: str, overload: str, target: Node | None, args: list[Node]) -> _Result:
+    if target is None or not args:
+        return None
+    sz = size(target)
+    s = e_factor(e_add(sz, (1, 1)), STRING_TRAVERSAL_COST_FACTOR)
+    r = e_factor(size(args[0]), REGEX_STRING_LENGTH_COST_FACTOR)
+    return e_mul(s, r), (0, sz[1])
+
+
+def _parse(size: Sizer, function: str, overload: str, target: Node | None, args: list[Node]) -> _Result:
+    """The parsers (``cidr``, ``isIP``, ``quantity``, ``semver``, ...; ``ip`` but of a CIDR): a traversal of the argument."""
+    if function == "ip" and overload == "cidr_ip":
+        return fixed(1), None
+    if not args:
+        return None
+    return e_factor(size(args[0]), STRING_TRAVERSAL_COST_FACTOR), None
+
+
+def _ip_canonical(
+    size: Sizer, function: str, overload: str, target: Node | None, args: list[Node]
+) -> tuple[Est, Est | None] | None:
+    if not args:
+        return None
+    return e_factor(size(args[0]), 2 * STRING_TRAVERSAL_COST_FACTOR), None
+
+
+def _contains(size: Sizer, function: str, overload: str, target: Node | None, args: list[Node]) -> _Result:
+    """``containsIP``, ``containsCIDR``: two addresses compared (and the argument parsed where it is a string)."""
+    if not args:
+        return None
+    ip = (4, 16)
+    c = e_factor(e_add(ip, ip), STRING_TRAVERSAL_COST_FACTOR)
+    if function == "containsCIDR":
+        c = e_add(e_add(c, e_factor(ip, STRING_TRAVERSAL_COST_FACTOR)), fixed(1))
+    if overload in ("cidr_contains_ip_string", "cidr_contains_cidr_string"):
+        c = e_add(c, e_factor(size(args[0]), STRING_TRAVERSAL_COST_FACTOR))
+    return c, None
+
+
+def _validate(size: Sizer, function: str, overload: str, target: Node | None, args: list[Node]) -> _Result:
+    if not args:
+        return None
+    c = e_factor(size(args[0]), STRING_TRAVERSAL_COST_FACTOR)
+    return e_factor(c, MAX_NAME_FORMAT_REGEX_SIZE * REGEX_STRING_LENGTH_COST_FACTOR), None
+
+
+_BY_FUNCTION: dict[str, _Estimate] = {
+    "url": _of_argument,
+    "jsonpatch.escapeKey": _of_argument,
+    **dict.fromkeys(("lowerAscii", "upperAscii", "substring", "trim"), _of_receiver),
+    "replace": _replace,
+    "split": _split,
+    "join": _join,
+    "find": _find,
+    "findAll": _find,
+    **dict.fromkeys(("cidr", "isIP", "isCIDR", "quantity", "isQuantity", "semver", "isSemver", "ip"), _parse),
+    "ip.isCanonical": _ip_canonical,
+    "containsIP": _contains,
+    "containsCIDR": _contains,
+    "validate": _validate,
+}
 
 
 def _replace_cost(size: Sizer, target: Node, args: list[Node]) -> tuple[Est, Est | None]:

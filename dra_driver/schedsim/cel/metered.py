@@ -24,20 +24,18 @@ limit exceeded``: the scheduler aborts the attempt as for any other selector err
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from dra_driver.schedsim.cel import library, regex
 from dra_driver.schedsim.cel.checker import Checked
 from dra_driver.schedsim.cel.cost import call_cost
+from dra_driver.schedsim.cel.metered_steps import CHAIN_CALLS, FAILED, Accumulator, Step, charge, is_attribute, split_attribute
 from dra_driver.schedsim.cel.nodes import Call, Comprehension, CreateList, CreateMap, Expr, Ident, Literal, Select
 from dra_driver.schedsim.cel.planner import _NO_CONST, TYPE_IDENTS, PlanError, Planner
 from dra_driver.schedsim.cel.runtime import (
-    BUDGET,
     Activation,
     ErrorValue,
     Plan,
-    RuntimeBudget,
     presence_test,
     qualify,
     set_key,
@@ -48,75 +46,8 @@ from dra_driver.schedsim.cel.strings import find_all_compiled
 from dra_driver.schedsim.cel.values import EvalError, Optional, Panic, Uint, equal, go_type_name, not_equal
 from dra_driver.schedsim.rules import Rules
 
-_CHAIN_CALLS = frozenset({"_[_]", "_[?_]", "_?._"})
 _LIST_COST = 10
 _MAP_COST = 30
-
-
-class _Failed:
-    """An argument that evaluated to an error, as the cost tracker sees it (size 1, no type)."""
-
-    __slots__ = ()
-
-
-FAILED = _Failed()
-
-
-def _charge(act: Activation, n: int) -> None:
-    budget: RuntimeBudget = act[BUDGET]
-    budget.cost += n
-    if budget.cost > budget.limit:
-        budget.charge(0)
-
-
-class _Accumulator:
-    """A comprehension's accumulator before the first read: its initializer, run once, when read."""
-
-    __slots__ = ("act", "done", "init", "value")
-
-    def __init__(self, init: Plan, act: Activation) -> None:
-        self.init, self.act, self.done = init, act, False
-        self.value: Any = None
-
-    def get(self) -> Any:
-        if not self.done:
-            self.done = True
-            try:
-                self.value = self.init(self.act)
-            except EvalError as err:
-                self.value = ErrorValue(err)
-        return self.value
-
-
-def _is_attribute(e: Expr) -> bool:
-    """cel-go plans ``e`` as an attribute: a variable, a selection, an index or a conditional."""
-    if isinstance(e, Ident):
-        return e.name not in TYPE_IDENTS
-    if isinstance(e, Select):
-        return True
-    return isinstance(e, Call) and (e.function in _CHAIN_CALLS or e.function == "_?_:_")
-
-
-def _split(e: Expr) -> tuple[Expr, list[tuple[str, Any, bool]]]:
-    """An attribute's root and its qualifiers in order: (kind, field or key expression, optional)."""
-    quals: list[tuple[str, Any, bool]] = []
-    while True:
-        if isinstance(e, Select):
-            quals.append(("has" if e.test_only else "field", e.field, False))
-            e = e.operand
-        elif isinstance(e, Call) and e.function in ("_[_]", "_[?_]") and len(e.args) == 2:
-            quals.append(("index", e.args[1], e.function == "_[?_]"))
-            e = e.args[0]
-        elif isinstance(e, Call) and e.function == "_?._" and len(e.args) == 2 and isinstance(e.args[1], Literal):
-            quals.append(("field", e.args[1].value, True))
-            e = e.args[0]
-        else:
-            break
-    quals.reverse()
-    return e, quals
-
-
-Step = Callable[[Activation, Any], Any]
 
 
 class MeteredPlanner(Planner):
@@ -133,7 +64,7 @@ class MeteredPlanner(Planner):
     def _plan(self, e: Expr) -> tuple[Plan, Any]:  # noqa: PLR0911 - one branch per expression kind
         if isinstance(e, Literal):
             return super()._plan(e)
-        if isinstance(e, Ident | Select) or (isinstance(e, Call) and (e.function in _CHAIN_CALLS or e.function == "_?_:_")):
+        if isinstance(e, Ident | Select) or (isinstance(e, Call) and (e.function in CHAIN_CALLS or e.function == "_?_:_")):
             if isinstance(e, Ident) and e.name in TYPE_IDENTS:
                 return super()._plan(e)
             return self.attribute(e, observed=True), _NO_CONST
@@ -150,7 +81,7 @@ class MeteredPlanner(Planner):
     # -- attributes -----------------------------------------------------------------------------
     def attribute(self, e: Expr, *, observed: bool) -> Plan:
         """An attribute; ``observed``: its own 1 is charged (not as a ``?:`` branch or an index key)."""
-        root, quals = _split(e)
+        root, quals = split_attribute(e)
         steps = [self._qualifier(kind, what, opt) for kind, what, opt in quals]
         presence = bool(quals) and quals[-1][0] == "has"
         if isinstance(root, Call) and root.function == "_?_:_":
@@ -172,10 +103,10 @@ class MeteredPlanner(Planner):
                     v = step(act, v)
             except EvalError:
                 if charged:
-                    _charge(act, charged)
+                    charge(act, charged)
                 raise
             if charged:
-                _charge(act, charged)
+                charge(act, charged)
             return v
 
         return run
@@ -184,7 +115,7 @@ class MeteredPlanner(Planner):
     def _variable(name: str) -> Plan:
         def var(act: Activation) -> Any:
             v = act[name]
-            if type(v) is _Accumulator:
+            if type(v) is Accumulator:
                 v = v.get()
             if type(v) is ErrorValue:
                 raise v.error
@@ -195,7 +126,7 @@ class MeteredPlanner(Planner):
     def _conditional_root(self, e: Call) -> Plan:
         args = ([e.target] if e.target is not None else []) + e.args
         cond = self.plan(args[0])
-        then, other = (self.attribute(a, observed=False) if _is_attribute(a) else self.plan(a) for a in args[1:3])
+        then, other = (self.attribute(a, observed=False) if is_attribute(a) else self.plan(a) for a in args[1:3])
 
         def run(act: Activation) -> Any:
             c = cond(act)
@@ -212,7 +143,7 @@ class MeteredPlanner(Planner):
         if isinstance(key, Ident) and key.name in TYPE_IDENTS:
             plan, _ = super()._plan(key)
             return plan, None
-        if _is_attribute(key):
+        if is_attribute(key):
             return self.attribute(key, observed=False), None
         plan, const = self._plan(key)
         if const is not _NO_CONST:
@@ -227,9 +158,9 @@ class MeteredPlanner(Planner):
                 if type(v) is Optional:
                     present = presence_test(v, field)
                     if present:
-                        _charge(act, 1)
+                        charge(act, 1)
                     return present
-                _charge(act, 1)
+                charge(act, 1)
                 return presence_test(v, field)
 
             return has
@@ -246,7 +177,7 @@ class MeteredPlanner(Planner):
                 found, value = qualify(obj, k, presence=True)
                 if not found:
                     return Optional(False)
-                _charge(act, 1)
+                charge(act, 1)
                 return Optional(True, value)
             if key_plan is None:
                 k = const
@@ -254,9 +185,9 @@ class MeteredPlanner(Planner):
                 try:
                     k = key_plan(act)
                 except EvalError:
-                    _charge(act, 1)
+                    charge(act, 1)
                     raise
-            _charge(act, 1)
+            charge(act, 1)
             return qualify(v, k, presence=False)[1]
 
         return qualifier
@@ -288,9 +219,9 @@ class MeteredPlanner(Planner):
             try:
                 v = inner(act)
             except EvalError:
-                _charge(act, cost)
+                charge(act, cost)
                 return True
-            _charge(act, cost)
+            charge(act, cost)
             return v if type(v) is bool else True
 
         return nsf
@@ -311,7 +242,7 @@ class MeteredPlanner(Planner):
             except EvalError as x:
                 err = err or x
                 rhs = FAILED
-            _charge(act, cost(fn, overload, [lhs, rhs], None))
+            charge(act, cost(fn, overload, [lhs, rhs], None))
             if err is not None:
                 raise err
             return decide(lhs, rhs)
@@ -340,14 +271,14 @@ class MeteredPlanner(Planner):
                     if stops and i < last:
                         raise
             if err is not None:
-                _charge(act, cost(fn, overload, args, FAILED))
+                charge(act, cost(fn, overload, args, FAILED))
                 raise err
             try:
                 result = call(fn, refs, args)
             except EvalError:
-                _charge(act, cost(fn, overload, args, FAILED))
+                charge(act, cost(fn, overload, args, FAILED))
                 raise
-            _charge(act, cost(fn, overload, args, result))
+            charge(act, cost(fn, overload, args, result))
             return result
 
         return run
@@ -371,23 +302,23 @@ class MeteredPlanner(Planner):
                 try:
                     n = limit(act)
                 except EvalError:
-                    _charge(act, cost(fn, overload, [s, pattern, FAILED], FAILED))
+                    charge(act, cost(fn, overload, [s, pattern, FAILED], FAILED))
                     raise
             if type(s) is not str:
-                _charge(act, cost(fn, overload, [s, pattern], FAILED))
+                charge(act, cost(fn, overload, [s, pattern], FAILED))
                 raise EvalError("no such overload")
             if fn == "matches":
-                _charge(act, cost(fn, overload, [s, pattern], None))
+                charge(act, cost(fn, overload, [s, pattern], None))
                 return rx.search(s) is not None
             if fn == "find":
-                _charge(act, cost(fn, overload, [s, pattern], None))
+                charge(act, cost(fn, overload, [s, pattern], None))
                 m = rx.search(s)
                 return m.group(0) if m else ""
             if type(n) is not int:
-                _charge(act, cost(fn, overload, [s, pattern, n], FAILED))
+                charge(act, cost(fn, overload, [s, pattern, n], FAILED))
                 raise EvalError("no such overload")
             result = find_all_compiled(rx, s, n)
-            _charge(act, cost(fn, overload, [s, pattern, n], result))
+            charge(act, cost(fn, overload, [s, pattern, n], result))
             return result
 
         return run
@@ -401,7 +332,7 @@ class MeteredPlanner(Planner):
                 try:
                     v = needle(act)
                 finally:
-                    _charge(act, cost)
+                    charge(act, cost)
                 return library.call("@in", [], [v, items])
 
             return general
@@ -431,7 +362,7 @@ class MeteredPlanner(Planner):
             try:
                 return plan(act)
             finally:
-                _charge(act, _LIST_COST)
+                charge(act, _LIST_COST)
 
         return build, _NO_CONST
 
@@ -445,7 +376,7 @@ class MeteredPlanner(Planner):
             try:
                 return plan(act)
             finally:
-                _charge(act, _MAP_COST)
+                charge(act, _MAP_COST)
 
         return build, _NO_CONST
 
@@ -486,7 +417,7 @@ class MeteredPlanner(Planner):
             else:
                 raise EvalError(f"got '{go_type_name(items)}', expected iterable type")
             inner = dict(act)
-            inner[accu_var] = _Accumulator(init, act)
+            inner[accu_var] = Accumulator(init, act)
             loop(inner, entries, bool(it_var2))
             return result(inner)
 

@@ -10,6 +10,10 @@ general categories (``\\pL``, ``\\p{Lu}``, ``\\p{Any}``); script names (``\\p{Gr
 supported and say so. The class tables are in ``regex_classes.py``.
 """
 
+# size-reason: one translator that follows Go's regexp/syntax parser step by step (its methods
+# call each other as Go's do, so its errors match Go's text); split, the steps would no longer read
+# in Go's order. The tables it reads are already apart (regex_classes.py).
+
 from __future__ import annotations
 
 import functools

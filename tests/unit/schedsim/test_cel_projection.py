@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dra_driver.schedsim.cel import CelError, CelRuntimeError, DeviceView, compile_selector
-from dra_driver.schedsim.cel.projection import Projector, reads
+from dra_driver.schedsim.cel.projection import Projector
+from dra_driver.schedsim.cel.reads import reads
 from dra_driver.schedsim.cel.syntax import parse
 from testkit.oracle.devices import devices
 from tests.differential.selectors import Grammar

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from dra_driver.core.shared_json import SharedDecoder
 from dra_driver.schedsim.allocator import NodeAllocator, explain
 from dra_driver.schedsim.allocator.fastread import DeviceMemo, read_device
 from dra_driver.schedsim.allocator.objects import read_slice
+from dra_driver.schedsim.shared_json import SharedDecoder
 
 DRIVER = "gpu.dra-gpu.dev"
 SELECTORS = [

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver.core.shared_json import SharedDecoder
 from dra_driver.schedsim.allocator import NodeAllocator, explain
 from dra_driver.schedsim.rules import rules_for
+from dra_driver.schedsim.shared_json import SharedDecoder
 
 D = "gpu.example.com"
 OTHER = "other.example.com"

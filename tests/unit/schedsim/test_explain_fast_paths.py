@@ -12,7 +12,6 @@ import lark
 import pytest
 
 from dra_driver.cli.explain_text import MAX_DEVICE_LINES, render_text
-from dra_driver.core.shared_json import SharedDecoder
 from dra_driver.schedsim.allocator import AllocatedState, Explanation, NodeAllocator, RequestExplanation, explain, explain_request
 from dra_driver.schedsim.allocator.fastread import DeviceMemo
 from dra_driver.schedsim.allocator.model import Candidate, claim_requests
@@ -21,6 +20,7 @@ from dra_driver.schedsim.allocator.pools import gather_pools
 from dra_driver.schedsim.allocator.shapes import ShapeCache
 from dra_driver.schedsim.allocator.validate import InvalidObject, Reader
 from dra_driver.schedsim.cel import parser_tables, syntax
+from dra_driver.schedsim.shared_json import SharedDecoder
 
 DRIVER = "gpu.dra-gpu.dev"
 

@@ -20,6 +20,7 @@ from dra_driver.schedsim.allocator import NodeAllocator, explain
 from dra_driver.schedsim.allocator import pools as pools_mod
 from dra_driver.schedsim.allocator.pools import Pool, slice_spec
 from dra_driver.schedsim.cel import DeviceView
+from dra_driver.schedsim.shared_json import SharedDecoder
 
 DRIVER = "gpu.dra-gpu.dev"
 CLASSES = {"gpu": {"metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}}
@@ -306,7 +307,7 @@ def _slice_page(node: int, cont: str) -> bytes:
 def test_slice_pages_decode_as_json_with_parts_shared_across_pages() -> None:
     pages = {"": _slice_page(0, "t1"), "t1": _slice_page(1, "t2"), "t2": _slice_page(2, "")}
     api, asked = _api(pages)
-    got = api.resource_slices()
+    got = api.resource_slices(SharedDecoder().decode)
     want = [item for token in ("", "t1", "t2") for item in json.loads(pages[token])["items"]]
     assert got == want
     assert json.dumps(got) == json.dumps(want)  # the same order of keys too
@@ -327,10 +328,10 @@ def test_slice_pages_the_shared_decoder_does_not_read_decode_as_before(body: byt
         want: Any = json.loads(body)
     except ValueError:
         with pytest.raises(KubeApiError, match="answer is not JSON"):
-            api.resource_slices()
+            api.resource_slices(SharedDecoder().decode)
         return
     if not isinstance(want, dict):
         with pytest.raises(KubeApiError, match="not a JSON object"):
-            api.resource_slices()
+            api.resource_slices(SharedDecoder().decode)
         return
-    assert api.resource_slices() == [i for i in want["items"] if isinstance(i, dict)]
+    assert api.resource_slices(SharedDecoder().decode) == [i for i in want["items"] if isinstance(i, dict)]

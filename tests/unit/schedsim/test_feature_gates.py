@@ -199,7 +199,7 @@ class _Cluster:
     def get(self, kind: str, namespace: str, name: str) -> Any:
         return self.claim
 
-    def resource_slices(self) -> list[dict[str, Any]]:
+    def resource_slices(self, decode: Any = None) -> list[dict[str, Any]]:
         return [_shared_gpu()]
 
     def device_classes(self) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""dra_driver.core.shared_json: a list of slices decodes to what json.loads gives, equal parts shared; else None."""
+"""dra_driver.schedsim.shared_json: a list of slices decodes to what json.loads gives, equal parts shared; else None."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dra_driver.cli.explain import InputError, load_objects
 from dra_driver.cli.main import inventory_slices
 from dra_driver.core.mig import MigStrategy
-from dra_driver.core.shared_json import SharedDecoder
+from dra_driver.schedsim.shared_json import SharedDecoder
 
 
 def _slices(nodes: int) -> dict[str, Any]:

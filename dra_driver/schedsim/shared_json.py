@@ -1,7 +1,8 @@
 """Decodes a JSON list of ResourceSlices with each repeated part decoded once and shared.
 
 Called by ``dra-gpu explain`` for a slices file (``dra_driver.cli.explain.load_objects``) and for
-the API server's pages of ResourceSlices (``dra_driver.kube.explain_api``). A large cluster's
+the API server's pages of ResourceSlices (the CLI hands :meth:`SharedDecoder.decode` to
+``dra_driver.kube.explain_api``, which imports nothing of the simulator). A large cluster's
 slices repeat themselves: every node of one kind publishes devices of the same names whose
 capacity, counter consumption and most attributes are the same bytes, and only a few values
 (a GPU's UUID, the node's name) differ. :class:`SharedDecoder` reads the list with ``msgspec``
