@@ -2,7 +2,7 @@
 
 Called by ``scripts/gen_reference.py flags``, which passes the tables of ``kubelet_plugin.settings``,
 ``controller.settings`` and ``webhook.settings`` (this module sits below the daemons and imports none);
-``tests/unit/test_flag_reference.py`` fails when the committed file differs from what it prints.
+``tests/unit/appkit/test_flag_reference.py`` fails when the committed file differs from what it prints.
 """
 
 from __future__ import annotations

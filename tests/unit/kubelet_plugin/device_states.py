@@ -2,7 +2,7 @@
 
 ``new_device_state`` is the one place tests construct a ``DeviceState``; the ``device_state``
 fixture (``conftest.py`` beside this module) hands it to tests, and the tests' own helpers
-(``make_state``, the ``Node`` classes, ``tests.unit.test_metrics``, ``tests.fuzz.test_fuzz_plugin``) call it
+(``make_state``, the ``Node`` classes, ``tests.unit.obs.test_metrics``, ``tests.fuzz.test_fuzz_plugin``) call it
 directly.
 """
 

@@ -11,7 +11,7 @@ from dra_driver.appkit.flag_reference import REGENERATE
 from kubelet_plugin.settings import FLAGS as PLUGIN_FLAGS
 from webhook.settings import FLAGS as WEBHOOK_FLAGS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "reference" / "flags.md"
 
 
