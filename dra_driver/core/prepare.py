@@ -207,40 +207,27 @@ def plan_claim(
     (``resolve_configs`` with the claim's MIG devices) and reused for every plan of that prepare.
     ``devices`` maps the claim's device names to what they resolve to (for dynamic MIG, after
     carving; before it, with ``mig`` None, to check the claim without side effects).
-    ``device_nodes`` adds ``/dev/nvidia*`` nodes; ``device_node_host`` backs each of them with
-    that host device instead of the node of the same path (fake GPUs). ``toolkit_devices`` holds device
-    names of the host's NVIDIA Container Toolkit CDI spec; a device whose UUID is listed also
-    gets ``nvidia.com/gpu=<uuid>`` so the runtime mounts the driver libraries; when any device of
-    the claim is not listed, the spec mounts ``driver_files`` (the driver's user space, read-only,
-    once for the claim), or, when there are none and ``driver_missing`` says why, the claim is
-    refused with that message (before any side effect: ``_carry_out`` plans the same claim again
-    only after this plan passed). ``prepared``
-    (other claims' checkpoint entries) lets the plan refuse a device another claim holds
-    exclusively, or one that overlaps it (a full GPU and its MIG slices, two placements on the
-    same memory slices): the driver is the last line of defence. ``node_targets`` (every
-    device the node publishes) is how other claims' device names are told apart.
+    ``device_nodes`` adds ``/dev/nvidia*`` nodes, backed by ``device_node_host`` if set (fake GPUs).
+    A device whose UUID the host's NVIDIA Container Toolkit CDI spec lists (``toolkit_devices``)
+    also gets ``nvidia.com/gpu=<uuid>``; otherwise the spec mounts ``driver_files`` read-only, or,
+    with none and ``driver_missing`` saying why, the claim is refused before any side effect.
+    ``prepared`` (other claims' checkpoint entries) lets the plan refuse a device another claim holds
+    exclusively or one that overlaps it (the driver is the last line of defence); ``node_targets``
+    (every device the node publishes) tells other claims' device names apart.
     """
     # Who holds what is read only for a device this claim wants exclusively: a node's many shared
     # and admin-access claims never scan every other claim (or copy the node's targets) per plan.
     exclusive: tuple[dict[str, str], dict[str, DeviceTarget]] | None = None
-    by_device: dict[tuple[str, str | None], list[str]] = {}
-    first: dict[tuple[str, str | None], AllocationResult] = {}
-    for r in claim.results:
-        names = by_device.setdefault((r.device, r.share_id), [])
-        first.setdefault((r.device, r.share_id), r)
-        if r.base_request not in names:
-            names.append(r.base_request)
+    by_device, first, admin = _group_results(claim)
     daemons, daemon_of = _claim_mps_daemons(claim.uid, list(by_device), configs, devices)
     time_slices: dict[str, TimeSlice] = {}
     edits: list[DeviceEdits] = []
     out: list[PreparedDevice] = []
     needs_driver = False
-    pools = {(r.device, r.share_id): r.pool for r in claim.results}
-    shared = {(r.device, r.share_id) for r in claim.results if r.share_id or r.admin_access}
-    admin = {(r.device, r.share_id) for r in claim.results if r.admin_access}
     for (device, share_id), requests in by_device.items():
         dev = devices[device]
-        if (device, share_id) not in shared:
+        result = first[(device, share_id)]
+        if not (share_id or (device, share_id) in admin):
             if exclusive is None:
                 exclusive = (
                     _exclusively_held(prepared or {}, exclude_uid=claim.uid),
@@ -249,23 +236,13 @@ def plan_claim(
             holder = _holder(device, dev.target, *exclusive)
             if holder:
                 raise ClaimError(holder)
-        config = configs[device]
-        env = device_env(claim.uid, dev, device, config, share_id)
-        mounts: tuple[Mount, ...] = ()
-        if share_id is not None:
-            daemon, share_env, mounts = _share_edits(device, share_id, dev, config, first[(device, share_id)], mps_root=mps_root)
+        env, mounts, daemon, time_slice = _device_sharing(
+            claim.uid, (device, share_id), dev, config=configs[device], result=result, daemon_of=daemon_of, mps_root=mps_root
+        )
+        if daemon is not None:
             daemons[daemon.daemon_id] = daemon
-            env.update(share_env)
-        elif device in daemon_of:
-            env["CUDA_MPS_PIPE_DIRECTORY"] = CONTAINER_MPS_PIPE_DIR
-            mounts = _mps_mounts(mps_root, daemon_of[device])
-        elif (
-            config.sharing is not None
-            and config.sharing.time_slicing is not None
-            and isinstance(config, GpuConfig)
-            and not dev.target.is_mig
-        ):
-            time_slices[dev.target.gpu.uuid] = TimeSlice(dev.target.gpu.uuid, config.sharing.time_slicing.interval)
+        if time_slice is not None:
+            time_slices[time_slice.gpu_uuid] = time_slice
         nodes = (f"/dev/nvidia{dev.target.gpu.minor}", *dev.caps_nodes, *CONTROL_DEVICE_NODES) if device_nodes else ()
         edits.append(DeviceEdits(device, share_id, env, nodes, mounts, device_node_host))
         ids = [cdi_device_id(driver, claim.uid, device, share_id)]
@@ -274,9 +251,7 @@ def plan_claim(
         else:
             needs_driver = True
         out.append(
-            PreparedDevice(
-                tuple(requests), pools[(device, share_id)], device, tuple(ids), share_id, (device, share_id) in admin, dev.mig
-            )
+            PreparedDevice(tuple(requests), result.pool, device, tuple(ids), share_id, (device, share_id) in admin, dev.mig)
         )
     if needs_driver and driver_files is None and driver_missing:
         raise ClaimError(driver_missing)
@@ -289,6 +264,51 @@ def plan_claim(
         time_slices=tuple(time_slices.values()),
         mps_daemons=tuple(daemons.values()),
     )
+
+
+_Key = tuple[str, str | None]
+"""A claim's device and share id: what one CDI device and one prepared device stand for."""
+
+
+def _group_results(claim: ClaimAllocation) -> tuple[dict[_Key, list[str]], dict[_Key, AllocationResult], set[_Key]]:
+    """The claim's results by (device, share id): the requests each serves, its first result, which have admin access."""
+    by_device: dict[_Key, list[str]] = {}
+    first: dict[_Key, AllocationResult] = {}
+    admin: set[_Key] = set()
+    for r in claim.results:
+        names = by_device.setdefault((r.device, r.share_id), [])
+        first.setdefault((r.device, r.share_id), r)
+        if r.base_request not in names:
+            names.append(r.base_request)
+        if r.admin_access:
+            admin.add((r.device, r.share_id))
+    return by_device, first, admin
+
+
+def _device_sharing(
+    claim_uid: str,
+    key: _Key,
+    dev: ResolvedDevice,
+    *,
+    config: DeviceConfig,
+    result: AllocationResult,
+    daemon_of: Mapping[str, str],
+    mps_root: str,
+) -> tuple[dict[str, str], tuple[Mount, ...], MpsDaemon | None, TimeSlice | None]:
+    """One device's container env and mounts from its config, with its share's MPS daemon or its GPU's time slice."""
+    device, share_id = key
+    env = device_env(claim_uid, dev, device, config, share_id)
+    if share_id is not None:
+        daemon, share_env, mounts = _share_edits(device, share_id, dev, config, result, mps_root=mps_root)
+        env.update(share_env)
+        return env, mounts, daemon, None
+    if device in daemon_of:
+        env["CUDA_MPS_PIPE_DIRECTORY"] = CONTAINER_MPS_PIPE_DIR
+        return env, _mps_mounts(mps_root, daemon_of[device]), None, None
+    sharing = config.sharing
+    if sharing is not None and sharing.time_slicing is not None and isinstance(config, GpuConfig) and not dev.target.is_mig:
+        return env, (), None, TimeSlice(dev.target.gpu.uuid, sharing.time_slicing.interval)
+    return env, (), None, None
 
 
 def _toolkit_lists(dev: ResolvedDevice, toolkit_devices: frozenset[str]) -> bool:
