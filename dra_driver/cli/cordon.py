@@ -74,9 +74,11 @@ def _plan(api: KubeTaintRuleApi, args: argparse.Namespace, driver: str) -> Cordo
     node, device, reason = validate_node(args.node), validate_device(args.device), validate_reason(args.reason)
     found = node_devices(api.node_slices(driver, node), driver)
     if found is None:
-        if not api.node_exists(node):
+        exists = api.node_exists(node)
+        if exists is False:
             raise CordonError(f"node {node!r} not found")
-        raise CordonError(f"node {node!r} publishes no devices of driver {driver} (is the plugin running there?)")
+        unknown = " (or there is no such node)" if exists is None else ""
+        raise CordonError(f"node {node!r} publishes no devices of driver {driver}{unknown}: is the plugin running there?")
     covered = covered_devices(found, device, driver)
     return Cordon(driver=driver, node=node, pool=found.pool, device=device, covered=covered, reason=reason, evict=args.evict)
 

@@ -48,13 +48,15 @@ class KubeTaintRuleApi(KubeSliceApi):
         except KubeApiError:
             return "unknown"
 
-    def node_exists(self, node: str) -> bool:
-        """Whether Node ``node`` exists."""
+    def node_exists(self, node: str) -> bool | None:
+        """Whether Node ``node`` exists; None when the caller may not read Nodes (the platform-admin role may not)."""
         try:
             self._json("GET", f"/api/v1/nodes/{quote(node, safe='')}")
         except KubeApiError as exc:
             if exc.not_found:
                 return False
+            if exc.status == 403:
+                return None
             raise
         return True
 
