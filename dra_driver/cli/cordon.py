@@ -126,7 +126,7 @@ def _cordon(args: argparse.Namespace) -> int:
         print(f"dra-gpu cordon: {err}", file=sys.stderr)
         return err.code
     except KubeApiError as err:
-        print(f"dra-gpu cordon: the API server refused: {err}", file=sys.stderr)
+        print(f"dra-gpu cordon: the API server refused: {err} (rules written before stay: run it again)", file=sys.stderr)
         return 1
     what = "NoExecute: no new claims, and the pods using it are evicted" if c.evict else "NoSchedule: no new claims"
     extra = f" and {len(c.covered) - 1} MIG device(s) on it" if len(c.covered) > 1 else ""
