@@ -111,8 +111,9 @@ def test_cordon_keeps_new_claims_off_a_gpu_evicts_with_evict_and_uncordon_restor
 
         # (b) --evict on the GPU of a ReplicaSet's pod: evicted, replaced on another GPU.
         labels = {"app": "trainer"}
-        rs_spec = {"replicas": 1, "selector": {"matchLabels": labels}, "template": _pod("", "one-gpu", labels)}
-        del rs_spec["template"]["metadata"]["name"]
+        pod_template = _pod("", "one-gpu", labels)
+        del pod_template["metadata"]["name"]
+        rs_spec = {"replicas": 1, "selector": {"matchLabels": labels}, "template": pod_template}
         h.c.api("POST", RS, {"metadata": {"name": "trainer"}, "spec": rs_spec})
 
         def running_trainers() -> list[dict[str, Any]]:

@@ -35,4 +35,3 @@ def test_on_it_grants_slices_read_and_taint_rules_write_and_nothing_else(helm: H
 def test_the_schema_refuses_bad_platform_admin_values(helm: Helm, bad: str) -> None:
     done = helm.run("template", "dra-gpu", str(CHART), "--set", bad, check=False)
     assert done.returncode != 0 and "platformAdmin" in done.stderr, done.stderr
-

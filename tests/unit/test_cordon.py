@@ -39,7 +39,8 @@ def _dev(name: str, **strings: str) -> dict[str, Any]:
 
 
 def _slice(devices: list[dict[str, Any]], generation: int = 1, pool: str = "node-a") -> dict[str, Any]:
-    return {"spec": {"driver": DRIVER, "nodeName": "node-a", "pool": {"name": pool, "generation": generation}, "devices": devices}}
+    pool_ref = {"name": pool, "generation": generation}
+    return {"spec": {"driver": DRIVER, "nodeName": "node-a", "pool": pool_ref, "devices": devices}}
 
 
 def test_rule_names_are_deterministic_dns_safe_bounded_and_distinct() -> None:
