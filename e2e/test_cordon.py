@@ -7,7 +7,9 @@ Pending (the scheduler says why), a plain pod gets another GPU although gpu-0 co
 (c) ``uncordon``: the pending pod gets gpu-0 and runs. (b) ``cordon --evict`` on the GPU of a
 ReplicaSet's running pod: the controller-manager evicts it and the replacement runs on another
 GPU. Timings go to stdout (``-s``). A stock v1.36 server, which serves no DeviceTaintRule API,
-gets a clear refusal (exit 2) and no change.
+gets a clear refusal (exit 2) and no change. With dynamic MIG (slices as the plugin publishes them,
+the real scheduler allocating), a GPU's cordon covers every MIG placement on it: a MIG claim that
+first-fit would put on gpu-0 gets gpu-1.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dra_driver.cli.main import inventory_slices
+from dra_driver.core.mig import MigStrategy, parse_mig_device_name
 from e2e.cluster import LocalCluster
 from e2e.plugin_process import ROOT
 from e2e.test_kubelet_node import PODS, RESOURCE, harness, wait_until
@@ -150,3 +154,50 @@ def test_a_server_without_device_taint_rules_is_refused_naming_the_gate(tmp_path
         assert "Nothing was changed" in done.stderr
         done = dra_gpu(c.kubeconfig, "uncordon", "node-a", "gpu-0")
         assert done.returncode == 2 and "DRADeviceTaintRules" in done.stderr, done
+
+
+def test_a_gpus_cordon_covers_its_mig_devices_on_the_real_scheduler(tmp_path: Path) -> None:
+    with LocalCluster(with_scheduler=True, with_controller_manager=True, log_dir=tmp_path / "logs") as c:
+        c.add_node("node-m")
+        for s in inventory_slices(fake_gpus="h100x8", node_name="node-m", driver=DRIVER, mig=MigStrategy.DYNAMIC):
+            c.api("POST", f"{RESOURCE}/resourceslices", s)
+        mig_class = {"cel": {"expression": f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "mig"'}}
+        c.api("POST", f"{RESOURCE}/deviceclasses", {"metadata": {"name": "mig"}, "spec": {"selectors": [mig_class]}})
+        on_gpu0 = [
+            d["name"]
+            for s in c.api("GET", f"{RESOURCE}/resourceslices")["items"]
+            for d in s["spec"].get("devices") or []
+            if (m := parse_mig_device_name(d["name"])) is not None and m.minor == 0
+        ]
+        assert on_gpu0, "no MIG placements published on gpu-0"
+
+        done = dra_gpu(c.kubeconfig, "cordon", "node-m", "gpu-0", "--reason", "fan failure")
+        assert done.returncode == 0, done
+        selected = sorted(r["spec"]["deviceSelector"]["device"] for r in c.api("GET", RULES)["items"])
+        assert selected == sorted(["gpu-0", *on_gpu0]), done.stdout
+
+        request = {"name": "mig", "exactly": {"deviceClassName": "mig"}}
+        claim = {"metadata": {"name": "one-slice"}, "spec": {"devices": {"requests": [request]}}}
+        c.api("POST", f"{RESOURCE}/namespaces/default/resourceclaims", claim)
+        wait_until(
+            "the default ServiceAccount",
+            lambda: c.api("GET", "/api/v1/namespaces/default/serviceaccounts")["items"],
+            lambda: f"(logs in {c.log_dir})",
+        )
+        pod = _pod("slice-user", "")
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "one-slice"}]
+        c.api("POST", PODS, pod)
+
+        def allocated() -> str | None:
+            got = c.api("GET", f"{RESOURCE}/namespaces/default/resourceclaims/one-slice").get("status", {})
+            results = (got.get("allocation") or {}).get("devices", {}).get("results") or []
+            return str(results[0]["device"]) if results else None
+
+        device = wait_until("the MIG claim to be allocated", allocated, lambda: f"(logs in {c.log_dir})")
+        parsed = parse_mig_device_name(device)
+        assert parsed is not None and parsed.minor != 0, f"the MIG claim got {device}, on the cordoned gpu-0"
+        print(f"\ncordon of gpu-0 with dynamic MIG: {len(on_gpu0) + 1} DeviceTaintRules; the MIG claim got {device}")
+
+        done = dra_gpu(c.kubeconfig, "uncordon", "node-m", "gpu-0")
+        assert done.returncode == 0 and done.stdout.count("deleted devicetaintrule/") == len(on_gpu0) + 1, done
+        assert not c.api("GET", RULES)["items"]

@@ -15,7 +15,9 @@ Called by ``dra_driver.cli.main``; ``dra_driver.cli.top`` uses :func:`cordon_lin
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from dra_driver.cli.explain import default_kubeconfig
@@ -110,63 +112,59 @@ def _apply(api: KubeTaintRuleApi, version: str, c: Cordon) -> dict[str, list[str
     return done
 
 
-def _cordon(args: argparse.Namespace) -> int:
+def _guarded(cmd: str, work: Callable[[argparse.Namespace], tuple[list[str], list[str]]], args: argparse.Namespace) -> int:
+    """Run ``work`` (its stdout and stderr lines), turning each failure into its message and exit status."""
     from dra_driver.kube.taint_rules_api import KubeApiError
 
     try:
-        driver = validate_driver_name(args.driver_name)
-        validate_node(args.node), validate_device(args.device), validate_reason(args.reason)
-        api, version = _api_and_version(args)
-        c = _plan(api, args, driver)
-        done = _apply(api, version, c)
+        out, notes = work(args)
     except (ValueError, CordonError) as err:
-        print(f"dra-gpu cordon: {err}; nothing was changed", file=sys.stderr)
+        print(f"dra-gpu {cmd}: {err}; nothing was changed", file=sys.stderr)
         return 2
     except _Refused as err:
-        print(f"dra-gpu cordon: {err}", file=sys.stderr)
+        print(f"dra-gpu {cmd}: {err}", file=sys.stderr)
         return err.code
     except KubeApiError as err:
-        print(f"dra-gpu cordon: the API server refused: {err} (rules written before stay: run it again)", file=sys.stderr)
+        print(f"dra-gpu {cmd}: the API server refused: {err} (what was written before stays: run it again)", file=sys.stderr)
         return 1
+    for line in out:
+        print(line)
+    for line in notes:
+        print(line, file=sys.stderr)
+    return 0
+
+
+def _cordon(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    driver = validate_driver_name(args.driver_name)
+    validate_node(args.node), validate_device(args.device), validate_reason(args.reason)  # before any API call
+    api, version = _api_and_version(args)
+    c = _plan(api, args, driver)
+    done = _apply(api, version, c)
     what = "NoExecute: no new claims, and the pods using it are evicted" if c.evict else "NoSchedule: no new claims"
     extra = f" and {len(c.covered) - 1} MIG device(s) on it" if len(c.covered) > 1 else ""
-    print(f"cordoned {c.node} {c.device}{extra} ({what}; reason: {c.reason})")
-    for kind in ("created", "updated", "unchanged"):
-        for name in done[kind]:
-            print(f"  {kind} devicetaintrule/{name} ({version})")
-    return 0
+    out = [f"cordoned {c.node} {c.device}{extra} ({what}; reason: {c.reason})"]
+    out += [f"  {kind} devicetaintrule/{name} ({version})" for kind in ("created", "updated", "unchanged") for name in done[kind]]
+    return out, []
 
 
-def _uncordon(args: argparse.Namespace) -> int:
-    from dra_driver.kube.taint_rules_api import KubeApiError
-
-    try:
-        driver = validate_driver_name(args.driver_name)
-        node, device = validate_node(args.node), validate_device(args.device)
-        api, version = _api_and_version(args)
-        found = node_devices(api.node_slices(driver, node), driver)
-        pool = found.pool if found is not None else node
-        rules = api.rules(version)
-        mine = [r for r in cordoned_devices(rules, driver) if r.pool == pool and device in (r.device, r.cordoned_as)]
-        deleted = [r.rule for r in mine if api.delete_rule(version, r.rule)]
-    except (ValueError, CordonError) as err:
-        print(f"dra-gpu uncordon: {err}; nothing was changed", file=sys.stderr)
-        return 2
-    except _Refused as err:
-        print(f"dra-gpu uncordon: {err}", file=sys.stderr)
-        return err.code
-    except KubeApiError as err:
-        print(f"dra-gpu uncordon: the API server refused: {err}", file=sys.stderr)
-        return 1
+def _uncordon(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    driver = validate_driver_name(args.driver_name)
+    node, device = validate_node(args.node), validate_device(args.device)
+    api, version = _api_and_version(args)
+    found = node_devices(api.node_slices(driver, node), driver)
+    pool = found.pool if found is not None else node
+    rules = api.rules(version)
+    mine = [r for r in cordoned_devices(rules, driver) if r.pool == pool and device in (r.device, r.cordoned_as)]
+    deleted = [r.rule for r in mine if api.delete_rule(version, r.rule)]
     if not mine:
-        print(f"{node} {device} is not cordoned (no dra-gpu DeviceTaintRule selects it): nothing to do")
+        out = [f"{node} {device} is not cordoned (no dra-gpu DeviceTaintRule selects it): nothing to do"]
     else:
-        print(f"uncordoned {node} {device}")
-        for name in deleted:
-            print(f"  deleted devicetaintrule/{name}")
-    for other in others_selecting(rules, driver, pool, device):
-        print(f"note: devicetaintrule/{other} (not made by dra-gpu cordon) still selects {device}", file=sys.stderr)
-    return 0
+        out = [f"uncordoned {node} {device}", *(f"  deleted devicetaintrule/{name}" for name in deleted)]
+    notes = [
+        f"note: devicetaintrule/{other} (not made by dra-gpu cordon) still selects {device}"
+        for other in others_selecting(rules, driver, pool, device)
+    ]
+    return out, notes
 
 
 def cordon_lines(api: KubeTaintRuleApi) -> list[CordonedDevice]:
@@ -193,4 +191,5 @@ def add_cordon_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
             p.add_argument("--reason", help="why (one line, at most 256 characters; default: cordoned)")
         p.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help=f"DRA driver name (default {DEFAULT_DRIVER_NAME})")
         p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
-        p.set_defaults(func=_cordon if name == "cordon" else _uncordon)
+        work = _cordon if name == "cordon" else _uncordon
+        p.set_defaults(func=functools.partial(_guarded, name, work))
