@@ -18,8 +18,9 @@ ADMIN_RULES = [
 ]
 
 
-def test_the_platform_admin_role_is_off_by_default(helm: Helm) -> None:
+def test_the_platform_admin_role_is_off_by_default_and_with_rbac_off(helm: Helm) -> None:
     assert ROLE not in by_kind(helm.template(), "ClusterRole")
+    assert ROLE not in by_kind(helm.template("rbac.create=false", "rbac.platformAdmin.create=true"), "ClusterRole")
 
 
 def test_on_it_grants_slices_read_and_taint_rules_write_and_nothing_else(helm: Helm) -> None:
