@@ -240,6 +240,8 @@ def needs(cmd: ShownCommand) -> str | None:
         return "needs running plugins: reads each plugin's /metrics" + ("" if "--url" in flags else " through the API server")
     if sub == "health":
         return "needs a GPU node: reads the plugin's data dir (--plugin-dir) there"
+    if sub in ("cordon", "uncordon"):
+        return "needs a cluster: reads the node's slices and writes DeviceTaintRules through the API server"
     return None
 
 

@@ -11,13 +11,12 @@ scheduler simulator (``dra_driver.schedsim``) explains them as the server's rele
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dra_driver.cli.explain_inputs import InputError, ident, object_name, pod_refs, template_claim
+from dra_driver.cli.kubeconfig import default_kubeconfig
 from dra_driver.schedsim.allocator import Explanation, InvalidObject, explain
 from dra_driver.schedsim.allocator.validate import MAX_POD_CLAIMS
 from dra_driver.schedsim.gates import GateError
@@ -139,12 +138,3 @@ def run_live(
         raise InputError(str(err)) from None
     except GateError as err:
         raise InputError(f"--feature-gates: {err}") from None
-
-
-def default_kubeconfig() -> str | None:
-    """``$KUBECONFIG`` (first entry), else ``~/.kube/config`` if present, else None (in-cluster)."""
-    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    if env:
-        return env
-    home = Path.home() / ".kube" / "config"
-    return str(home) if home.is_file() else None

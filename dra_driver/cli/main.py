@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from dra_driver.cli.cordon import add_cordon_parsers
 from dra_driver.cli.explain_args import add_explain_parser
 from dra_driver.cli.health import add_health_parser
 from dra_driver.cli.top import add_top_parser
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_explain_parser(sub)
     add_health_parser(sub)
     add_top_parser(sub)
+    add_cordon_parsers(sub)
     return p
 
 

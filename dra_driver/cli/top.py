@@ -3,7 +3,8 @@
 Reads every kubelet plugin's /metrics (through the API server's pod proxy, or ``--url`` directly)
 and prints one line per prepared device: node, namespace/claim, pods, device, utilization, memory
 in use and idle time (``!`` once past ``--idle-after``, the chart's alert threshold), then the GPUs
-a health cause makes Unhealthy. ``-o json`` prints the same rows. Exit 0; 1 when a plugin could not
+a health cause makes Unhealthy, then the devices ``dra-gpu cordon`` took out of service (their
+DeviceTaintRules: pool, device, effect, reason). ``-o json`` prints the same rows. Exit 0; 1 when a plugin could not
 be read (the others are still shown); 2 on a usage error. Called by ``dra_driver.cli.main``.
 
 The plugin's series name a claim by its UID unless the chart enables tenant labels: top names it
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 
 # The metrics parser is loaded when top runs: it pulls in prometheus_client and structlog, which no other command needs.
 if TYPE_CHECKING:
+    from dra_driver.core.cordon import CordonedDevice
     from dra_driver.kube.top_api import KubeTopApi
     from dra_driver.obs.scrape import ClaimDevice, NodeView, ScrapeCredentials
 
@@ -98,6 +100,23 @@ def _name_claims(api: KubeTopApi, views: dict[str, NodeView], problems: list[str
         v.devices.sort(key=lambda r: (r.namespace, r.claim, r.claim_uid, r.device))
 
 
+def _cordons(args: argparse.Namespace, problems: list[str]) -> list[CordonedDevice]:
+    """The devices ``dra-gpu cordon`` took out of service (none without a cluster, or a server without DeviceTaintRules)."""
+    if args.url and not args.kubeconfig:
+        return []
+    from dra_driver.cli.cordon import cordon_lines
+    from dra_driver.kube.taint_rules_api import KubeApiError, connect
+
+    try:
+        return cordon_lines(connect(args.kubeconfig))
+    except KubeApiError as err:
+        if err.status == 403:  # not a platform admin: the rest of top still stands
+            print(f"note: cordoned devices not shown: {err}", file=sys.stderr)
+        else:
+            problems.append(f"the DeviceTaintRules (cordoned devices): {err}")
+        return []
+
+
 def _views(args: argparse.Namespace) -> tuple[dict[str, NodeView], list[str]]:
     from dra_driver.obs.scrape import ScrapeError, fetch, parse
 
@@ -156,12 +175,14 @@ def _top(args: argparse.Namespace) -> int:
         print("error: --cert and --key go together", file=sys.stderr)
         return 2
     views, problems = _views(args)
+    cordons = _cordons(args, problems)
     devices = [d for v in views.values() for d in v.devices]
     unhealthy = {(node, gpu): causes for node, v in views.items() for gpu, causes in v.unhealthy.items()}
     if args.output == "json":
         out = {
             "devices": [asdict(d) for d in devices],
             "unhealthy": [{"node": n, "gpu": g, "causes": c} for (n, g), c in sorted(unhealthy.items())],
+            "cordoned": [asdict(c) for c in cordons],
             "errors": problems,
         }
         print(json.dumps(out, indent=2))
@@ -179,6 +200,9 @@ def _top(args: argparse.Namespace) -> int:
               f"{idle} idle for {_duration(args.idle_after)} or more (!)")  # fmt: skip
         for (node, gpu), causes in sorted(unhealthy.items()):
             print(f"UNHEALTHY {node} {gpu}: {', '.join(causes) or 'cause not given'}")
+        for c in cordons:
+            part_of = "" if c.device == c.cordoned_as else f", with {c.cordoned_as}"
+            print(f"CORDONED {c.pool} {c.device} ({c.effect}{part_of}): {c.reason}")
         for p in problems:
             print(f"could not read {p}", file=sys.stderr)
     return 1 if problems else 0

@@ -3,7 +3,8 @@
 Used by ``testkit.gpu_check.flow`` (``make gpu-check``) to run the real kubelet plugin on a GPU
 machine without a cluster, and by tests that need an API server answering a CLI's reads
 (``tests/integration/test_cli_output.py``). It serves what the plugin and ``dra-gpu`` call:
-``/version``; get, list (field and label selectors of ``key=value`` terms, one page), watch
+``/version``; discovery of ``/apis/<group>/<version>`` (the resources it holds objects of, and
+those in ``discovery``); get, list (field and label selectors of ``key=value`` terms, one page), watch
 (chunked, from a resourceVersion, until ``timeoutSeconds``), create (``generateName`` too),
 replace (a stale ``resourceVersion`` is a 409), delete, and patch (server-side apply of
 ``status.devices`` merged per driver, pool, device and share; JSON merge patch otherwise) of any
@@ -166,6 +167,8 @@ class StandInApiServer:
         self._version = version or DEFAULT_VERSION
         self._stopping = False
         self.calls: list[Call] = []
+        self.discovery: dict[str, set[str]] = {}
+        """Resources ``GET /apis/<group>/<version>`` lists (by ``/apis/<group>/<version>``), besides those it holds objects of."""
         self.ca_file: Path | None = None
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._http.daemon_threads = True
@@ -234,6 +237,17 @@ class StandInApiServer:
                 if k[1:] == (resource, namespace, name):
                     return copy.deepcopy(o)
         return None
+
+    def _discovery(self, path: str) -> dict[str, Any] | None:
+        """An ``APIResourceList`` for ``/apis/<group>/<version>`` naming what it serves; None when it serves nothing there."""
+        prefix = path.rstrip("/")
+        with self._lock:
+            names = {k[1] for k in self._store.objects if k[0] == prefix} | self.discovery.get(prefix, set())
+        if not names or not prefix.startswith("/apis/"):
+            return None
+        resources = [{"name": n, "namespaced": False, "kind": "", "verbs": []} for n in sorted(names)]
+        group_version = prefix.removeprefix("/apis/")
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
     def _key(self, t: Target, name: str) -> tuple[str, str, str, str]:
         return (t.prefix, t.resource, t.namespace, name)
@@ -423,6 +437,9 @@ def _handler_for(server: StandInApiServer) -> type[BaseHTTPRequestHandler]:
                 self._send(200, json.dumps(server._version).encode())
                 return 200
             t = parse_target(path)
+            if t is None and method == "GET" and (listed := server._discovery(path)) is not None:
+                self._send(200, json.dumps(listed).encode())
+                return 200
             if t is None:
                 raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
             code = 200

@@ -7,7 +7,7 @@ command as a real process (``python -m dra_driver.cli.main``) once per machine-r
 offers (``-o json``, ``-o yaml``; once with its default output when it offers none), in a
 situation that makes the code under it log where one exists: ``inventory --nvml`` on GPUs whose
 NUMA node sysfs does not know (a stand-in ``pynvml`` module, so ``numa_node_omitted`` is logged),
-``explain`` and ``top`` live against a stand-in API server (``testkit.gpu_check.apiserver``), ``top``
+``explain``, ``cordon``, ``uncordon`` and ``top`` live against a stand-in API server (``testkit.gpu_check.apiserver``), ``top``
 with one plugin it cannot read. The whole stdout must parse as the format (``json.loads``, YAML's
 loader over every document), hold no log line, and the expected log events must be on stderr.
 """
@@ -167,6 +167,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     server.put("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}})
     for s in slices:
         server.put("/apis/resource.k8s.io/v1/resourceslices", s)
+    server.discovery["/apis/resource.k8s.io/v1"] = {"devicetaintrules"}  # as Kubernetes 1.37 serves it
     selector = {"cel": {"expression": f'device.driver == "{DRIVER}"'}}
     server.put(
         "/apis/resource.k8s.io/v1/deviceclasses",
@@ -246,6 +247,10 @@ SCENARIOS: dict[tuple[str, ...], list[Scenario]] = {
         Scenario("no-record", lambda w: ["--plugin-dir", str(w.empty_dir)]),
     ],
     ("health", "repair"): [Scenario("one-gpu", lambda w: ["gpu-0", "--plugin-dir", str(w.repair_dir)])],
+    ("cordon",): [
+        Scenario("live", lambda w: ["node-a", "gpu-0", "--reason", "fan failure", "--kubeconfig", str(w.kubeconfig)]),
+    ],
+    ("uncordon",): [Scenario("live", lambda w: ["node-a", "gpu-1", "--kubeconfig", str(w.kubeconfig)])],
     ("top",): [
         Scenario(
             "urls-one-unreadable",
