@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: all venv k8s images lint check-protos protos reference docs unit integration e2e test demo bench bench-scale bench-explain fuzz soak gpu-check clean
+.PHONY: all venv k8s images lint check-protos protos reference docs unit integration e2e test demo bench bench-scale bench-explain bench-mig fuzz soak gpu-check clean
 
 all: test
 
@@ -115,6 +115,11 @@ bench-scale: venv k8s
 bench-explain: venv
 	$(VENV)/bin/python -m bench.explain_scale --nodes 100 500 --json docs/perf/data/explain.json
 	$(VENV)/bin/python -m bench.plots --explain docs/perf/data/explain.json --out docs/perf/img
+
+# Dynamic MIG packing: a seeded churn of mixed MIG claims over 8 fake H100s and 8 fake A100s through
+# the allocator simulator, per device order (bench/mig_fragmentation.py, about 5 minutes on 2 cores).
+bench-mig: venv
+	$(VENV)/bin/python -m bench.mig_fragmentation --events 600 --warmup 100 --seeds 1 2 3 --out docs/perf/data/mig-fragmentation.json
 
 # Minutes of kubelet traffic against the plugin while it is killed, the API server paused and the
 # checkpoint corrupted; prints the counts and every invariant violation (bench/soak/).

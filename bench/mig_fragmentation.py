@@ -24,7 +24,7 @@ Orders (``--orders``):
   the highest minor down, so large and small claims fill the node from opposite ends.
 
 ``python -m bench.mig_fragmentation [--events N] [--seeds S ...] [--json FILE]``. Not a test: it
-asserts nothing; ``tests/unit`` checks the orders and the counting on a small run.
+asserts nothing; ``tests/unit/bench/test_mig_fragmentation.py`` runs a small churn as a process.
 """
 
 from __future__ import annotations
