@@ -84,7 +84,7 @@ def time_cli(args: list[str], runs: int, source: Path | None = None) -> tuple[li
         proc = subprocess.run([*cmd, *args], capture_output=True, text=True, check=False, env=env, cwd=cwd)
         seconds.append(time.perf_counter() - t0)
         rc, lines = proc.returncode, proc.stdout.splitlines()
-        if rc not in (0, 1):
+        if rc not in (0, 1) or not lines:  # 1 is "something stays Pending", but always with a report
             raise SystemExit(f"dra-gpu explain failed ({rc}): {proc.stderr.strip()[-500:]}")
     return seconds, rc, lines
 
@@ -105,7 +105,10 @@ def phases(args: list[str], source: Path | None = None) -> dict[str, float]:
     wall = time.perf_counter() - t0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"phase run failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
-    got: dict[str, float] = json.loads(proc.stderr.strip().splitlines()[-1])
+    try:
+        got: dict[str, float] = json.loads(proc.stderr.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise SystemExit(f"phase run ({proc.returncode}) printed no timings: {proc.stderr.strip()[-800:]}") from None
     got["start"] = wall - sum(got.values())
     return got
 

@@ -65,7 +65,7 @@ def peer_latency(body: dict[str, Any], out: Path) -> Path:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("fraction of calls")
     axes[1].legend(loc="lower right", fontsize="small")
-    fig.suptitle(f"One claim per call, one run of python -m bench.peer ({body.get('date', '?')})", fontsize="medium")
+    fig.suptitle(f"One claim per call, one run of python -m bench.peer ({body.get('date', '?')})", fontsize="medium", y=1.04)
     return _save(fig, out / "peer-latency.svg")
 
 
@@ -93,7 +93,7 @@ def explain_vs_nodes(body: dict[str, Any], out: Path) -> Path:
     right.set_ylabel("seconds in one run")
     right.set_title("where one run goes")
     right.legend(fontsize="small")
-    fig.suptitle(f"python -m bench.explain_scale ({body.get('date', '?')})", fontsize="medium")
+    fig.suptitle(f"python -m bench.explain_scale ({body.get('date', '?')})", fontsize="medium", y=1.04)
     return _save(fig, out / "explain-vs-nodes.svg")
 
 
