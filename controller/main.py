@@ -59,9 +59,13 @@ def _publish(settings: ControllerSettings, stop: threading.Event, metrics: Publi
     backend = None
     if settings.mig is not MigStrategy.NONE:
         backend = make_mig_backend(fake=settings.fake_gpus is not None, gpus=gpus, state_dir=settings.fake_gpu_state_dir)
-    publication = node_publication(gpus, settings.mig, backend, consumable=settings.consumable)
+    publication = node_publication(
+        gpus, settings.mig, backend, consumable=settings.consumable, mig_profiles=settings.mig_profiles
+    )
 
     api = KubeSliceApi(load_api_client(settings.kubeconfig))
+    for note in publication.notes:
+        log.warning("publication_note", note=note)
     publisher = SlicePublisher(api, settings.driver_name, settings.node_name, metrics=metrics)
     publisher.set_devices(list(publication.devices), list(publication.counter_sets))
     publisher.run(stop)

@@ -29,6 +29,8 @@ class ControllerSettings:
     kubeconfig: str | None
     log_level: str
     mig: MigStrategy = MigStrategy.NONE
+    mig_profiles: tuple[str, ...] = ()
+    """Dynamic MIG publishes only these profiles or families (``dra_driver.core.mig_profiles``); empty: all."""
     consumable: bool = False
     fake_gpu_state_dir: Path | None = None
     fake_mig_latency: str = "realistic"

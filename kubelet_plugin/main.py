@@ -369,7 +369,9 @@ def run(settings: Settings, stop: threading.Event) -> int:
         )
     # One publication: the start-up sweep only destroys dynamic instances, which the publication
     # (every placement, carved or not) does not list; static instances are never touched.
-    publication = node_publication(gpus, settings.mig, backend, consumable=settings.consumable)
+    publication = node_publication(
+        gpus, settings.mig, backend, consumable=settings.consumable, mig_profiles=settings.mig_profiles
+    )
     pods = PodNotes()
     state = _build_state(settings, gpus, publication, backend, link, boot_id=boot_id, pods=pods)
     try:

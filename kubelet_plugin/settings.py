@@ -39,6 +39,8 @@ class Settings:
     log_level: str
     boot_id_file: Path
     mig: MigStrategy = MigStrategy.NONE
+    mig_profiles: tuple[str, ...] = ()
+    """Dynamic MIG publishes only these profiles or families (``dra_driver.core.mig_profiles``); empty: all."""
     consumable: bool = False
     fake_gpu_state_dir: Path | None = None
     fake_mig_latency: str = "realistic"

@@ -15,6 +15,7 @@ from typing import Any
 from dra_driver.appkit.flag_table import INT, Fail, Flag, Values, optional, optional_path
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
 from dra_driver.core.mig import MigStrategy
+from dra_driver.core.mig_profiles import parse_mig_profiles
 from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
 from dra_driver.obs.scrape_auth import ScrapeAuthConfig
 from dra_driver.sources.fake import PROFILES
@@ -34,6 +35,12 @@ COMMON_FLAGS = (
         choices=tuple(m.value for m in MigStrategy),
         value=MigStrategy,
         env="MIG_STRATEGY",
+    ),
+    Flag(
+        "mig-profiles",
+        "dynamic MIG: the profiles to publish, comma-separated names (1g.10gb) or families (1g, 3g, 7g); empty: every profile",
+        "",
+        value=lambda v: v or "",
     ),
     Flag(
         "sharing",
@@ -78,6 +85,12 @@ def check_common(fail: Fail, values: Values) -> None:
         fail(f"--fake-gpus: unknown profile {values['fake_gpus']!r}; known: {', '.join(sorted(PROFILES))}")
     if values["consumable"] and values["mig"] is MigStrategy.DYNAMIC:
         fail("--sharing consumable cannot be combined with --mig dynamic")
+    try:
+        values["mig_profiles"] = parse_mig_profiles(values["mig_profiles"])
+    except ValueError as err:
+        fail(f"--mig-profiles: {err}")
+    if values["mig_profiles"] and values["mig"] is not MigStrategy.DYNAMIC:
+        fail(f"--mig-profiles applies to --mig dynamic only (this is --mig {values['mig'].value})")
     check_log_level(fail, values)
 
 

@@ -29,11 +29,19 @@ def gpu_states(gpus: Sequence[GpuInfo], backend: MigBackend | None) -> list[GpuM
 
 
 def node_publication(
-    gpus: Sequence[GpuInfo], strategy: MigStrategy, backend: MigBackend | None, *, consumable: bool = False
+    gpus: Sequence[GpuInfo],
+    strategy: MigStrategy,
+    backend: MigBackend | None,
+    *,
+    consumable: bool = False,
+    mig_profiles: Sequence[str] = (),
 ) -> Publication:
-    """What the node publishes under ``strategy`` (and, with ``consumable``, GPUs shared by capacity)."""
+    """What the node publishes under ``strategy``.
+
+    With ``consumable``, GPUs shared by capacity; with ``mig_profiles``, dynamic MIG limited to those profiles.
+    """
     states = gpu_states(gpus, backend if strategy is not MigStrategy.NONE else None)
-    return publish_node(states, strategy, consumable=consumable)
+    return publish_node(states, strategy, consumable=consumable, mig_profiles=mig_profiles)
 
 
 def carve_layout(gpus: Sequence[GpuInfo], backend: MigBackend, profiles: Sequence[str]) -> None:

@@ -20,6 +20,7 @@ from dra_driver.cli.health import add_health_parser
 from dra_driver.cli.top import add_top_parser
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
 from dra_driver.core.mig import MigError, MigStrategy
+from dra_driver.core.mig_profiles import parse_mig_profiles
 from dra_driver.obs.logs import configure_cli_logging
 from dra_driver.sources.fake import PROFILES
 
@@ -32,6 +33,7 @@ def inventory_slices(
     mig: MigStrategy = MigStrategy.NONE,
     fake_mig_layout: tuple[str, ...] = (),
     consumable: bool = False,
+    mig_profiles: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """The ResourceSlice objects a node publishes.
 
@@ -50,7 +52,9 @@ def inventory_slices(
         backend = make_mig_backend(fake=fake_gpus is not None, gpus=gpus)
         if fake_mig_layout:
             carve_layout(gpus, backend, fake_mig_layout)
-    pub = node_publication(gpus, mig, backend, consumable=consumable)
+    pub = node_publication(gpus, mig, backend, consumable=consumable, mig_profiles=mig_profiles)
+    for note in pub.notes:
+        print(f"dra-gpu inventory: {note}", file=sys.stderr)
     contents = split_pool(list(pub.devices), list(pub.counter_sets))
     return slice_objects(driver=driver, node_name=node_name, contents=contents)
 
@@ -60,8 +64,12 @@ def _inventory(args: argparse.Namespace) -> int:
     if layout and (args.nvml or args.mig != MigStrategy.STATIC.value):
         print("dra-gpu inventory: --fake-mig-layout needs --fake-gpus and --mig static", file=sys.stderr)
         return 2
+    if args.mig_profiles and args.mig != MigStrategy.DYNAMIC.value:
+        print("dra-gpu inventory: --mig-profiles applies to --mig dynamic only", file=sys.stderr)
+        return 2
     try:
         driver = validate_driver_name(args.driver_name)
+        profiles = parse_mig_profiles(args.mig_profiles)
         slices = inventory_slices(
             fake_gpus=None if args.nvml else args.fake_gpus,
             node_name=args.node_name,
@@ -69,6 +77,7 @@ def _inventory(args: argparse.Namespace) -> int:
             mig=MigStrategy(args.mig),
             fake_mig_layout=layout,
             consumable=args.sharing == "consumable",
+            mig_profiles=profiles,
         )
     except (ValueError, MigError) as err:
         print(f"dra-gpu inventory: {err}", file=sys.stderr)
@@ -101,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["none", "consumable"],
         default="none",
         help="consumable: GPUs shared across claims by capacity (memory in GiB, computeShare in percent)",
+    )
+    inv.add_argument(
+        "--mig-profiles",
+        metavar="PROFILES",
+        help="with --mig dynamic: publish only these profiles or families, e.g. 1g,3g,7g or 1g.10gb,7g.80gb",
     )
     inv.add_argument(
         "--fake-mig-layout",

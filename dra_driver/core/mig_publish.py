@@ -42,6 +42,7 @@ from dra_driver.core.mig import (
     Placement,
     can_toggle_mig_mode,
 )
+from dra_driver.core.mig_profiles import profile_selected, unmatched
 from dra_driver.core.schema import CAPACITY_MEMORY, DeviceSpec, gpu_device, gpu_device_name, mig_device
 from dra_driver.core.sharing import CAPACITY_COMPUTE_SHARE
 
@@ -178,7 +179,13 @@ def _validate_catalog(gpu: GpuInfo, catalog: MigCatalog) -> None:
 
 
 def _dynamic(
-    state: GpuMigState, catalog: MigCatalog, out: list[tuple[DeviceSpec, DeviceTarget]], sets: list[dict[str, Any]]
+    state: GpuMigState,
+    catalog: MigCatalog,
+    out: list[tuple[DeviceSpec, DeviceTarget]],
+    sets: list[dict[str, Any]],
+    *,
+    profiles: Sequence[str],
+    notes: list[str],
 ) -> None:
     gpu = state.gpu
     _validate_catalog(gpu, catalog)
@@ -186,8 +193,13 @@ def _dynamic(
     full_usable = toggles or not state.mode.current
     slices_usable = toggles or state.mode.current
     sets.append({"name": counter_set_name(gpu.minor), "counters": _counters_json(gpu_counters(catalog))})
+    order = [(p, pl) for p, pl in placement_order(catalog) if profile_selected(p, profiles)]
+    if slices_usable and profiles and not order:
+        known = ", ".join(p.name for p in catalog.profiles)
+        what = "only the full GPU is published" if full_usable else "nothing of this GPU is published"
+        notes.append(f"{gpu_device_name(gpu.minor)}: no MIG profile of {gpu.product_name} ({known}) is in --mig-profiles: {what}")
     if slices_usable:
-        for profile, placement in placement_order(catalog):
+        for profile, placement in order:
             dev = _with_extra(
                 mig_device(gpu, profile, placement, None), _consumes(gpu.minor, placement_consumption(profile, placement))
             )
@@ -215,11 +227,14 @@ def _static(state: GpuMigState, catalog: MigCatalog, out: list[tuple[DeviceSpec,
         out.append((dev, DeviceTarget(dev.name, gpu, profile, inst.placement, inst, dynamic=False)))
 
 
-def publish_node(states: Sequence[GpuMigState], strategy: MigStrategy, *, consumable: bool = False) -> Publication:
+def publish_node(
+    states: Sequence[GpuMigState], strategy: MigStrategy, *, consumable: bool = False, mig_profiles: Sequence[str] = ()
+) -> Publication:
     """Everything a node publishes under ``strategy``; raises ValueError on inconsistent input.
 
     ``consumable`` publishes full GPUs for sharing by capacity (see ``consumable_gpu_device``);
     it cannot be combined with dynamic MIG, whose full GPUs consume partition counters.
+    ``mig_profiles`` (``dra_driver.core.mig_profiles``) limits dynamic MIG to those profiles (empty: all).
     """
     if consumable and strategy is MigStrategy.DYNAMIC:
         raise ValueError("sharing by consumable capacity cannot be combined with dynamic MIG (choose one)")
@@ -238,7 +253,7 @@ def publish_node(states: Sequence[GpuMigState], strategy: MigStrategy, *, consum
     for state in sorted(states, key=lambda s: s.gpu.minor):
         gpu = state.gpu
         if strategy is MigStrategy.DYNAMIC and state.catalog is not None:
-            _dynamic(state, state.catalog, out, sets)
+            _dynamic(state, state.catalog, out, sets, profiles=mig_profiles, notes=notes)
         elif strategy is MigStrategy.STATIC and state.catalog is not None and state.mode.current:
             _static(state, state.catalog, out, notes)
         elif state.mode.current:
@@ -246,6 +261,10 @@ def publish_node(states: Sequence[GpuMigState], strategy: MigStrategy, *, consum
         else:
             dev = consumable_gpu_device(gpu) if consumable else gpu_device(gpu)
             out.append((dev, DeviceTarget(dev.name, gpu)))
+    if strategy is MigStrategy.DYNAMIC and mig_profiles:
+        catalogs = [p for s in states if s.catalog is not None for p in s.catalog.profiles]
+        for entry in unmatched(mig_profiles, catalogs):
+            notes.append(f"--mig-profiles {entry}: no MIG-capable GPU of this node has such a profile")
     return Publication(
         devices=tuple(d for d, _ in out),
         counter_sets=tuple(sets),

@@ -40,7 +40,7 @@ RENDERS = {
     "node-pools": (
         "gpus.fake.profile=h100x8", "nodePools[0].name=mig-dynamic", "nodePools[0].mig.strategy=dynamic",
         "nodePools[0].nodeSelector.matchLabels.pool=mig", "nodePools[1].name=shared", "nodePools[1].sharing.consumable=true",
-        "nodePools[1].nodeSelector.matchLabels.pool=shared",
+        "nodePools[1].nodeSelector.matchLabels.pool=shared", "mig.profiles={1g,3g,7g.80gb}",
     ),
 }  # fmt: skip
 """Value sets that together turn on every env var the chart can set."""

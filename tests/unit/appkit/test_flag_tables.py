@@ -129,3 +129,21 @@ def test_help_names_each_env_var_and_what_is_required() -> None:
     text = " ".join(WEBHOOK_FLAGS.parser().format_help().split())
     assert "PEM certificate (chain) to serve [TLS_CERT_FILE] (required)" in text
     assert "[MIG_STRATEGY]" in PLUGIN_FLAGS.parser().format_help()
+
+
+def test_mig_profiles_are_read_for_dynamic_mig_only(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("MIG_PROFILES", "MIG_STRATEGY", "SHARING", "FAKE_GPUS"):
+        monkeypatch.delenv(var, raising=False)
+    base = ["--node-name", "n1", "--fake-gpus", "h100x8"]
+    assert PLUGIN_FLAGS.parse([*base, "--mig", "dynamic", "--mig-profiles", "1g, 7g.80gb"]).mig_profiles == ("1g", "7g.80gb")
+    assert PLUGIN_FLAGS.parse([*base, "--mig", "dynamic"]).mig_profiles == ()
+    monkeypatch.setenv("MIG_PROFILES", "3g")
+    assert PLUGIN_FLAGS.parse([*base, "--mig", "dynamic"]).mig_profiles == ("3g",)
+    for argv, says in (
+        (["--mig", "static"], "--mig-profiles applies to --mig dynamic only (this is --mig static)"),
+        (["--mig", "dynamic", "--mig-profiles", "1g;x"], "--mig-profiles: '1g;x' is neither a MIG profile name"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            PLUGIN_FLAGS.parse([*base, *argv])
+        assert exc.value.code == 2
+        assert says in capsys.readouterr().err

@@ -93,6 +93,10 @@ plugin takes it from the downward API, the controller from values.
   value: {{ $ctx.Values.logLevel | quote }}
 - name: MIG_STRATEGY
   value: {{ .strategy | quote }}
+{{- if and (eq .strategy "dynamic") $ctx.Values.mig.profiles }}
+- name: MIG_PROFILES
+  value: {{ join "," $ctx.Values.mig.profiles | quote }}
+{{- end }}
 {{- if and .consumable (eq .strategy "dynamic") }}
 {{- fail "sharing.consumable cannot be combined with mig.strategy dynamic: a GPU is either carved into MIG devices or shared by capacity" }}
 {{- end }}
