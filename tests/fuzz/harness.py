@@ -4,7 +4,7 @@ Each fuzz test mutates valid seed documents (JSON-like values) into hostile ones
 types, huge and odd numbers, extreme quantities, long strings, deep nesting, dropped and
 duplicated keys — feeds each to a decoder, and asserts two things per input: the decoder
 raises nothing but the module's own error types, and it spends less than
-``PER_INPUT_LIMIT_S`` of this thread's CPU time. The budget scales with
+``PER_INPUT_LIMIT_S`` of this thread's CPU time (its fastest of up to three runs). The budget scales with
 ``DRA_GPU_FUZZ_SCALE`` (1 in ``make test``, more in ``make fuzz``); the seed is fixed per
 test (``DRA_GPU_FUZZ_SEED`` overrides it) so a failure reproduces. Counts go to
 ``COUNTS`` and are printed at the end of the run (see ``conftest.py``).
@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PER_INPUT_LIMIT_S = 0.1
+SLOW_RETRIES = 2
+"""An input over the limit is timed again up to this many times and judged by its fastest run: CPU
+time on a shared 2-core machine doubles under load, while a decoder that is slow on an input is
+slow on it every time."""
 SCALE = float(os.environ.get("DRA_GPU_FUZZ_SCALE", "1"))
 COUNTS: dict[str, int] = {}
 
@@ -222,26 +226,50 @@ def run(
     rep = FuzzReport(name)
     for value in inputs:
         rep.inputs += 1
-        gc.disable()  # time the decoder, not a collection of the harness's own garbage
-        t0 = time.thread_time()
-        try:
-            target(value)
-            rep.accepted += 1
-        except allowed:
-            rep.rejected += 1
-        except BaseException as err:  # the point is to catch everything else
-            if len(rep.failures) < 5:
-                rep.failures.append(f"{type(err).__name__}: {str(err)[:200]} on input {_short(value)}")
-            else:
-                rep.failures.append("")
-        finally:
-            spent = time.thread_time() - t0
-            gc.enable()
+        spent = _timed_call(rep, target, value, allowed)
+        for _ in range(SLOW_RETRIES):  # a busy machine's noise, or an input that is slow every time?
+            if spent <= PER_INPUT_LIMIT_S:
+                break
+            spent = min(spent, _cpu_of(target, value))
         rep.slowest_s = max(rep.slowest_s, spent)
         if spent > PER_INPUT_LIMIT_S and len(rep.failures) < 10:
             rep.failures.append(f"took {spent * 1000:.0f} ms of CPU on input {_short(value)}")
     COUNTS[name] = COUNTS.get(name, 0) + rep.inputs
     return rep
+
+
+def _timed_call(rep: FuzzReport, target: Callable[[Any], object], value: Any, allowed: tuple[type[BaseException], ...]) -> float:
+    """Feed one input, count its outcome in ``rep``; this thread's CPU seconds it took."""
+    gc.disable()  # time the decoder, not a collection of the harness's own garbage
+    t0 = time.thread_time()
+    try:
+        target(value)
+        rep.accepted += 1
+    except allowed:
+        rep.rejected += 1
+    except BaseException as err:  # the point is to catch everything else
+        if len(rep.failures) < 5:
+            rep.failures.append(f"{type(err).__name__}: {str(err)[:200]} on input {_short(value)}")
+        else:
+            rep.failures.append("")
+    finally:
+        spent = time.thread_time() - t0
+        gc.enable()
+    return spent
+
+
+def _cpu_of(target: Callable[[Any], object], value: Any) -> float:
+    """The CPU seconds of one more call with the same input (its outcome was counted already)."""
+    gc.disable()
+    t0 = time.thread_time()
+    try:
+        target(value)
+    except BaseException:  # counted by the first call; only the time matters here
+        pass
+    finally:
+        spent = time.thread_time() - t0
+        gc.enable()
+    return spent
 
 
 def assert_clean(rep: FuzzReport) -> None:
