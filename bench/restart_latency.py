@@ -13,8 +13,8 @@ timed from the new plugin process's start to the pod's phase Running:
   boot id, the kubelet restarted (it fails the prepare again), the plugin started.
 
 dra-gpu runs with ``--retry-waiting-pods=false`` (before) and ``true`` (after); with ``--peer`` the
-Go reference driver (``testkit.peer_process``) runs ``restart`` and ``reboot`` on the same kubelet
-(it has no per-pod sockets, so no ``rolling``). Results: docs/perf/2026-11-27-restart-latency.md.
+Go reference driver (``testkit.peer_process``, its own ``--pod-uid``) runs the same three on the
+same kubelet and control plane. Results: docs/perf/2026-11-27-restart-latency.md.
 """
 
 from __future__ import annotations
@@ -75,6 +75,17 @@ def slices(c: LocalCluster, node: str, driver: str) -> int:
     return sum(len(s["spec"].get("devices", [])) for s in items if s["spec"]["driver"] == driver)
 
 
+class _Peer(PeerProcess):
+    """The peer with extra flags (``--pod-uid``)."""
+
+    def __init__(self, binary: Path, base: Path, *, kubeconfig: Path, node: str, extra: tuple[str, ...]) -> None:
+        super().__init__(binary, base, kubeconfig=kubeconfig, node=node)
+        self.extra = extra
+
+    def argv(self) -> list[str]:
+        return [*super().argv(), *self.extra]
+
+
 class Plugin:
     """dra-gpu's plugin or the peer on the node's dirs, behind one start/stop/kill interface."""
 
@@ -82,7 +93,7 @@ class Plugin:
         self.peer = peer
         self.driver = PEER_DRIVER if peer else DRIVER
         if peer is not None:
-            self.p: Any = PeerProcess(peer, base, kubeconfig=c.kubeconfig, node=node.name)
+            self.p: Any = _Peer(peer, base, kubeconfig=c.kubeconfig, node=node.name, extra=extra)
             self.p.registrar, self.p.plugins = node.registrar_dir, node.plugins_dir
         else:
             self.p = PluginProcess.on_node(node, base, kubeconfig=c.kubeconfig, extra_args=("--health", "off", *extra))
@@ -146,28 +157,18 @@ def scenario_rolling(c: LocalCluster, node: KubeletNode, old: Plugin, new: Plugi
     return {"registered_s": round(t_reg, 2), "running_s": round(time.monotonic() - t0, 2)}
 
 
-def run_ours(c: LocalCluster, node: KubeletNode, tmp: Path, retry: bool) -> dict[str, Any]:
-    tag = "after" if retry else "before"
-    extra = ("--retry-waiting-pods", "true" if retry else "false")
-    first = Plugin(node, c, tmp / f"ours-{tag}", peer=None, extra=(*extra, "--pod-uid", f"uid-{tag}-1"))
+def run_driver(
+    c: LocalCluster, node: KubeletNode, tmp: Path, tag: str, *, peer: Path | None, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The three scenarios for one driver: ``rolling`` (uid 1 → uid 2), then ``restart`` and ``reboot`` of uid 2."""
+    first = Plugin(node, c, tmp / f"{tag}-1", peer=peer, extra=(*extra, "--pod-uid", f"uid-{tag}-1"))
     first.start()
-    wait("slices", lambda: slices(c, node.name, DRIVER) == 8 or None)
-    out: dict[str, Any] = {}
-    second = Plugin(node, c, tmp / f"ours-{tag}-2", peer=None, extra=(*extra, "--pod-uid", f"uid-{tag}-2"))
-    out["rolling"] = scenario_rolling(c, node, first, second, f"rolling-{tag}")
+    wait(f"{first.driver} slices", lambda: slices(c, node.name, first.driver) == 8 or None)
+    second = Plugin(node, c, tmp / f"{tag}-2", peer=peer, extra=(*extra, "--pod-uid", f"uid-{tag}-2"))
+    out: dict[str, Any] = {"rolling": scenario_rolling(c, node, first, second, f"rolling-{tag}")}
     out["restart"] = scenario_restart(c, node, second, f"restart-{tag}")
     out["reboot"] = scenario_restart(c, node, second, f"reboot-{tag}", reboot=True)
     second.stop()
-    return out
-
-
-def run_peer(c: LocalCluster, node: KubeletNode, tmp: Path, binary: Path) -> dict[str, Any]:
-    peer = Plugin(node, c, tmp / "peer", peer=binary)
-    peer.start()
-    wait("peer slices", lambda: slices(c, node.name, PEER_DRIVER) == 8 or None)
-    out = {"restart": scenario_restart(c, node, peer, "restart-peer")}
-    out["reboot"] = scenario_restart(c, node, peer, "reboot-peer", reboot=True)
-    peer.stop()
     return out
 
 
@@ -188,12 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         setup_driver(c, PEER_DRIVER)
         accounts = "/api/v1/namespaces/default/serviceaccounts"
         wait("the default ServiceAccount", lambda: c.api("GET", accounts)["items"] or None)
-        results["dra-gpu before"] = run_ours(c, node, tmp, retry=False)
-        print(json.dumps(results), flush=True)
-        results["dra-gpu after"] = run_ours(c, node, tmp, retry=True)
-        print(json.dumps(results), flush=True)
+        for tag, retry in (("before", "false"), ("after", "true")):
+            results[f"dra-gpu {tag}"] = run_driver(c, node, tmp, tag, peer=None, extra=("--retry-waiting-pods", retry))
+            print(json.dumps(results), flush=True)
         if args.peer:
-            results["peer"] = run_peer(c, node, tmp, peer_binary().path)
+            results["peer"] = run_driver(c, node, tmp, "peer", peer=peer_binary().path)
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -167,6 +167,7 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "HEALTHCHECK_PORT": "51515",
         "PUBLISH_SLICES": "true",
         "GC_INTERVAL": "600",
+        "RETRY_WAITING_PODS": "true",
         "METRICS_PORT": "9420",
         "USAGE_INTERVAL": "10",
         "HEALTH": "auto",
@@ -246,22 +247,30 @@ PLUGIN_RULES = [
     rule([""], ["nodes"], ["get"]),
     rule([""], ["events"], ["create"]),
 ]
+# kubelet_plugin.waiting_pods lists the node's Pending pods and merge-patches one annotation (kubeletPlugin.retryWaitingPods).
+RETRY_RULES = [rule([""], ["pods"], ["list", "patch"])]
 
 
 def test_rbac_least_privilege(helm: Helm) -> None:
     """The plugin's ClusterRole is exactly what it calls; claim status by server-side apply (patch only), for its
-    driver on its own node only, and none with device status off; the webhook has no role and no token."""
+    driver on its own node only, and none with device status off; pods list and patch only with retryWaitingPods;
+    the webhook has no role and no token."""
     # claim_status_api server-side applies status.devices: PATCH only, never PUT; from 1.36 the API
     # server also checks associated-node:<verb> on resourceclaims/driver named by the driver.
     status_rules = [
         rule(["resource.k8s.io"], ["resourceclaims/status"], ["patch"]),
         rule(["resource.k8s.io"], ["resourceclaims/driver"], ["associated-node:patch"], names=[DEFAULT_DRIVER_NAME]),
     ]
-    assert rule_set(by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES + status_rules)
+    default = by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]
+    assert rule_set(default) == rule_set(PLUGIN_RULES + RETRY_RULES + status_rules)
     off = helm.template("deviceStatus.enabled=false")
-    assert rule_set(by_kind(off, "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES)
+    assert rule_set(by_kind(off, "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES + RETRY_RULES)
     (container,) = by_kind(off, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
     assert env_of(container)["DEVICE_STATUS"] == "false"
+    no_retry = helm.template("kubeletPlugin.retryWaitingPods=false")
+    assert rule_set(by_kind(no_retry, "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES + status_rules)
+    (container,) = by_kind(no_retry, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    assert env_of(container)["RETRY_WAITING_PODS"] == "false"
 
     # Everything on: the only roles are the plugin's and the controller's; the webhook reads nothing
     # from the API server, so it has no role and its pod mounts no token.
