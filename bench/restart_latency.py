@@ -92,6 +92,7 @@ class Plugin:
     def __init__(self, node: KubeletNode, c: LocalCluster, base: Path, *, peer: Path | None, extra: tuple[str, ...] = ()) -> None:
         self.peer = peer
         self.driver = PEER_DRIVER if peer else DRIVER
+        base.mkdir(parents=True, exist_ok=True)
         if peer is not None:
             self.p: Any = _Peer(peer, base, kubeconfig=c.kubeconfig, node=node.name, extra=extra)
             self.p.registrar, self.p.plugins = node.registrar_dir, node.plugins_dir
@@ -162,7 +163,9 @@ def run_driver(
 ) -> dict[str, Any]:
     """The three scenarios for one driver: ``rolling`` (uid 1 → uid 2), then ``restart`` and ``reboot`` of uid 2."""
     first = Plugin(node, c, tmp / f"{tag}-1", peer=peer, extra=(*extra, "--pod-uid", f"uid-{tag}-1"))
+    before = first.kubelet_registrations()
     first.start()
+    wait(f"{first.driver} registration", lambda: first.registered(before))  # else its line could be taken for the second's
     wait(f"{first.driver} slices", lambda: slices(c, node.name, first.driver) == 8 or None)
     second = Plugin(node, c, tmp / f"{tag}-2", peer=peer, extra=(*extra, "--pod-uid", f"uid-{tag}-2"))
     out: dict[str, Any] = {"rolling": scenario_rolling(c, node, first, second, f"rolling-{tag}")}

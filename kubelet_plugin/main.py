@@ -4,7 +4,8 @@ Lifecycle: load GPUs (the API client loads meanwhile, ``kubelet_plugin.api_link`
 checkpoint → start the DRA socket, then the registration socket (the kubelet may dial as soon as
 it sees it) → health (``kubelet_plugin.servers``) → wait for the API client → metrics
 (``dra_driver.appkit.metrics_serving``; prometheus_client is loaded only now; a metrics port it cannot
-listen on stops the plugin with exit code 2) → slice publisher. On SIGTERM: health NOT_SERVING,
+listen on stops the plugin with exit code 2) → slice publisher; each registration the kubelet accepts
+prompts the pods that waited for the plugin (``kubelet_plugin.waiting_pods``). On SIGTERM: health NOT_SERVING,
 registration socket removed first (the kubelet deregisters), in-flight calls finish (grace), DRA
 socket removed (``PluginServers.stop``), publisher and metrics server stopped.
 """
