@@ -5,7 +5,7 @@ controller-manager) and one real kubelet (``testkit.node.KubeletNode``, fake CRI
 timed from the new plugin process's start to the pod's phase Running:
 
 - ``restart``: the plugin stopped (SIGTERM), a GPU pod created, the kubelet's failed prepare seen
-  (its FailedPrepareDynamicResources Event), the plugin started again;
+  (its log line), the plugin started again;
 - ``rolling``: a second plugin with another ``--pod-uid`` started while the first serves, a pod created
   at once, the first stopped once the second is registered (what the chart's readiness probe and
   ``maxSurge`` do);

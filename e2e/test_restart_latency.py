@@ -7,9 +7,11 @@ node's Pending pods with a claim of its driver (``kubelet_plugin.waiting_pods``)
 kubelet sync them at once.
 
 Measured on the 2-core VM (``python -m bench.restart_latency``, docs/perf/2026-11-27-restart-latency.md),
-plugin start → the waiting pod Running: plain restart 67-71 s before, 1.5-2.6 s after; kubelet restart
-with the plugin killed (the harness's reboot) 60-90 s before, 1.5-2.7 s after. The bound below, 20 s,
-leaves a loaded CI machine room and is still far below the 60 s the old code cannot beat.
+plugin start → the waiting pod Running, over four runs: plain restart 62-72 s before, 1.2-1.4 s after;
+kubelet restart with the plugin killed (the harness's reboot) 61-78 s before, 0.9-1.8 s after; the Go
+peer 60-75 s and 67-87 s. The bound below, 20 s, leaves a loaded CI machine room and is still far below
+the 60 s the old code cannot beat (the kubelet's resync comes 60-90 s after the failed prepare, and the
+plugin is started right after it).
 """
 
 from __future__ import annotations
