@@ -9,8 +9,9 @@ What does start one at once is a change to the pod's metadata: the kubelet's con
 as an update and the pod worker syncs the pod immediately.
 
 So, once the kubelet has told us we are registered (``NotifyRegistrationStatus``, which it sends
-after its DRA manager has added the plugin), this module lists the node's Pending pods, keeps
-those with a claim allocated from this driver, and sets one annotation on each
+after its DRA manager has added the plugin), this module lists the node's pods whose containers do
+not all run (Pending, or Running again after a reboot), keeps those with a claim allocated from this
+driver, and sets one annotation on each
 (``<driver>/prepare-retry``, the time); that is all it writes. The kubelet then prepares their
 claims as it would have at its next resync: nothing about preparation changes (its checks, the
 checkpoint, the serializing lock), only when the kubelet asks. Best effort: a refusal (the chart's
@@ -41,10 +42,10 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 class PodApi(Protocol):
-    """The calls this module makes: the node's Pending pods, one claim, one pod's annotations."""
+    """The calls this module makes: the node's pods, one claim, one pod's annotations."""
 
     def pending_pods(self, node: str) -> list[dict[str, Any]]:
-        """The Pending pods bound to ``node``."""
+        """The pods bound to ``node`` that have not ended (``waits`` picks the waiting ones)."""
         ...
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
@@ -66,11 +67,18 @@ def claim_names(pod: dict[str, Any]) -> list[str]:
 
 
 def waits(pod: dict[str, Any]) -> bool:
-    """Pending, not being deleted, with claims: a pod whose claims the kubelet may still have to prepare."""
-    meta, spec = pod.get("metadata", {}), pod.get("spec", {})
-    return (
-        pod.get("status", {}).get("phase") == "Pending" and not meta.get("deletionTimestamp") and bool(spec.get("resourceClaims"))
-    )
+    """A pod with claims, not being deleted, whose containers do not all run: Pending, or Running after a reboot.
+
+    After a reboot a pod that ran keeps its phase Running while the kubelet starts it again.
+    """
+    meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
+    if meta.get("deletionTimestamp") or not spec.get("resourceClaims"):
+        return False
+    phase = status.get("phase")
+    if phase == "Pending":
+        return True
+    containers = status.get("containerStatuses") or []
+    return phase == "Running" and (not containers or not all("running" in (c.get("state") or {}) for c in containers))
 
 
 def uses_driver(claim: dict[str, Any], driver: str, node: str) -> bool:
@@ -80,7 +88,7 @@ def uses_driver(claim: dict[str, Any], driver: str, node: str) -> bool:
 
 
 def prompt_waiting_pods(api: PodApi, *, driver: str, node: str, now: Callable[[], str] | None = None) -> list[str]:
-    """Annotate the node's Pending pods with a claim of ``driver``; return them (``namespace/name``). Raises API errors."""
+    """Annotate the node's waiting pods with a claim of ``driver``; return them (``namespace/name``). Raises API errors."""
     stamp = (now or _utc_now)()
     done: list[str] = []
     for pod in _ours(api, api.pending_pods(node), driver, node):
@@ -162,8 +170,8 @@ class KubePodApi:
         return self._get_claim(namespace, name)
 
     def pending_pods(self, node: str) -> list[dict[str, Any]]:
-        """``GET /api/v1/pods`` with a field selector: this node's, Pending."""
-        query = [("fieldSelector", f"spec.nodeName={node},status.phase=Pending")]
+        """``GET /api/v1/pods`` with a field selector: this node's, neither Succeeded nor Failed."""
+        query = [("fieldSelector", f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")]
         items: list[dict[str, Any]] = self._rest.call("GET", "/api/v1/pods", query=query).get("items") or []
         return items
 

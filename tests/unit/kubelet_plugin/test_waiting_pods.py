@@ -1,4 +1,4 @@
-"""After a registration, the node's Pending pods with a claim of this driver get one annotation, nothing else."""
+"""After a registration, the node's waiting pods with a claim of this driver get one annotation, nothing else."""
 
 from __future__ import annotations
 
@@ -16,14 +16,19 @@ DRIVER = "gpu.dra-gpu.dev"
 NODE = "node-a"
 
 
-def pod(name: str, *, phase: str = "Pending", claims: tuple[str, ...] = ("c",), deleting: bool = False) -> dict[str, Any]:
+def pod(
+    name: str, *, phase: str = "Pending", claims: tuple[str, ...] = ("c",), deleting: bool = False, states: tuple[str, ...] = ()
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "ns"}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-27T00:00:00Z"
+    status: dict[str, Any] = {"phase": phase, "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": c} for c in claims]}
+    if states:
+        status["containerStatuses"] = [{"name": f"c{i}", "state": {state: {}}} for i, state in enumerate(states)]
     return {
         "metadata": meta,
         "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}] if claims else []},
-        "status": {"phase": phase, "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": c} for c in claims]},
+        "status": status,
     }
 
 
@@ -51,14 +56,16 @@ class FakeApi:
         self.patched.append((namespace, name, key, value))
 
 
-def test_only_pending_pods_with_an_allocated_claim_of_this_driver_on_this_node_are_annotated() -> None:
+def test_only_waiting_pods_with_an_allocated_claim_of_this_driver_on_this_node_are_annotated() -> None:
     api = FakeApi(
         [
             pod("ours", claims=("mine",)),
             pod("other-driver", claims=("theirs",)),
             pod("other-pool", claims=("elsewhere",)),
             pod("unallocated", claims=("missing",)),
-            pod("running", phase="Running", claims=("mine",)),
+            pod("running", phase="Running", claims=("mine",), states=("running", "running")),
+            pod("rebooted", phase="Running", claims=("mine",), states=("running", "waiting")),
+            pod("succeeded", phase="Succeeded", claims=("mine",), states=("terminated",)),
             pod("deleting", deleting=True, claims=("mine",)),
             pod("no-claims", claims=()),
             pod("mixed", claims=("theirs", "mine")),
@@ -66,8 +73,9 @@ def test_only_pending_pods_with_an_allocated_claim_of_this_driver_on_this_node_a
         {"mine": claim(), "theirs": claim(driver="other.example.com"), "elsewhere": claim(pool="node-b")},
     )
     done = prompt_waiting_pods(api, driver=DRIVER, node=NODE, now=lambda: "T")
-    assert ["ns/ours", "ns/mixed"] == done
-    assert [("ns", "ours", f"{DRIVER}/prepare-retry", "T"), ("ns", "mixed", f"{DRIVER}/prepare-retry", "T")] == api.patched
+    assert ["ns/ours", "ns/rebooted", "ns/mixed"] == done
+    key = f"{DRIVER}/prepare-retry"
+    assert [("ns", "ours", key, "T"), ("ns", "rebooted", key, "T"), ("ns", "mixed", key, "T")] == api.patched
     assert [NODE] == api.listed
 
 
