@@ -909,3 +909,38 @@ def test_claim_status_policy_is_absent_when_nothing_writes_claim_status_or_polic
     assert CLAIM_STATUS_POLICY not in policies and CLAIM_STATUS_POLICY not in bindings
     if off == "deviceStatus.enabled=false":
         assert "dra-gpu-resourceslices" in policies  # the slice policy stays
+
+
+# -- The guard on the plugin's pod annotation (kubeletPlugin.retryWaitingPods) ----------------------
+
+POD_RETRY_POLICY = "dra-gpu-pod-prepare-retry"
+
+
+def test_pod_retry_policy_pins_the_plugin_to_its_nodes_pods_and_one_annotation(helm: Helm) -> None:
+    """Pod UPDATEs of the plugin's account only, denying, failing closed: its own node's pods, the one annotation."""
+    policies, bindings = admission_objects(helm.template())
+    spec = policies[POD_RETRY_POLICY]["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["pods"]}
+    ]
+    (match,) = spec["matchConditions"]
+    assert match["expression"] == f"request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:{PLUGIN}'"
+    assert [v["message"] for v in spec["validations"]] == [
+        "the dra-gpu kubelet plugin may only annotate pods bound to its own node",
+        f"the dra-gpu kubelet plugin may only change the annotation {DEFAULT_DRIVER_NAME}/prepare-retry of a pod",
+    ]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    slice_vars = {v["name"]: v["expression"] for v in policies["dra-gpu-resourceslices"]["spec"]["variables"]}
+    assert variables["tokenNode"] == slice_vars["allowedNode"]
+    assert variables["key"] == f"'{DEFAULT_DRIVER_NAME}/prepare-retry'"
+    assert bindings[POD_RETRY_POLICY]["spec"] == {"policyName": POD_RETRY_POLICY, "validationActions": ["Deny"]}
+
+
+@pytest.mark.parametrize(
+    "off", ["kubeletPlugin.retryWaitingPods=false", "admissionPolicy.enabled=false", "kubeletPlugin.enabled=false"]
+)
+def test_pod_retry_policy_is_absent_without_the_grant_or_policies(helm: Helm, off: str) -> None:
+    """No pods grant (retryWaitingPods off, no plugin), or no policies at all: no pod policy."""
+    policies, bindings = admission_objects(helm.template(off))
+    assert POD_RETRY_POLICY not in policies and POD_RETRY_POLICY not in bindings
