@@ -5,7 +5,8 @@ With ``kubeletPlugin.retryWaitingPods`` (the default) the chart grants the plugi
 node's waiting pods so the kubelet retries their prepare at once (``kubelet_plugin.waiting_pods``).
 The chart's ValidatingAdmissionPolicy ``<release>-pod-prepare-retry`` limits such a write to pods
 bound to the node the plugin's pod-bound token names, and to the one annotation
-``<driver>/prepare-retry``. One stock control plane (etcd and kube-apiserver; no kubelet), the chart
+``<driver>/prepare-retry``. For each release (``testkit/go/K8S_VERSION`` and
+``testkit/go/K8S_MATRIX``): one stock control plane (etcd and kube-apiserver; no kubelet), the chart
 installed by Helm, pods bound to two Nodes (never running), and a token bound to the plugin's pod on
 one of them, as the kubelet mints it: the plugin's own client lists and annotates its node's pod;
 every other write is refused with the policy's message and changes nothing; RBAC refuses the rest.
@@ -24,13 +25,14 @@ from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.kube.connection import ApiConnection, TokenSource
 from e2e.test_helm_install import call, plugin_token, pod_bound_token, wait_policy_enforced
 from kubelet_plugin.waiting_pods import KubePodApi
-from testkit.cluster import LocalCluster
+from testkit.cluster import K8S_VERSION, LocalCluster, matrix_versions, wait_for_matrix_build
 from testkit.helm_cli import NAMESPACE, PLUGIN, Helm
 
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 KEY = f"{DEFAULT_DRIVER_NAME}/prepare-retry"
 MERGE = "application/merge-patch+json"
 POLICY = "dra-gpu-pod-prepare-retry"
+VERSIONS = [K8S_VERSION, *matrix_versions()]
 
 
 @dataclass(frozen=True)
@@ -41,18 +43,24 @@ class Installed:
     token: str
 
 
-@pytest.fixture(scope="module")
-def installed(helm: Helm, cluster: LocalCluster) -> Iterator[Installed]:
-    """The chart installed (fake GPUs) as release dra-gpu, policies in force; pods ``mine`` on node-p, ``theirs`` on node-q."""
-    helm.install(cluster, "gpus.fake.profile=h100x8")
-    wait_policy_enforced(cluster)
-    token = pod_bound_token(cluster, "node-p")  # registers node-p
-    cluster.add_node("node-q")
-    for name, node in (("mine", "node-p"), ("theirs", "node-q")):
-        meta = {"name": name, "labels": {"app": "train"}, "annotations": {"keep": "1"}}
-        spec = {"nodeName": node, "serviceAccountName": PLUGIN, "containers": [{"name": "c", "image": "registry.example/x"}]}
-        cluster.api("POST", PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
-    yield Installed(cluster, token)
+@pytest.fixture(scope="module", params=VERSIONS)
+def installed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    """Per release: the chart installed (fake GPUs) as release dra-gpu, policies in force; pods ``mine`` on node-p,
+    ``theirs`` on node-q."""
+    version: str = request.param
+    if version != K8S_VERSION:
+        wait_for_matrix_build()  # make test builds the matrix releases in the background
+    tmp = tmp_path_factory.mktemp(f"pod-guard-{version}")
+    with LocalCluster(stock=True, version=version, log_dir=tmp / "logs") as cluster:
+        Helm.built(tmp / "helm-home").install(cluster, "gpus.fake.profile=h100x8")
+        wait_policy_enforced(cluster)
+        token = pod_bound_token(cluster, "node-p")  # registers node-p
+        cluster.add_node("node-q")
+        for name, node in (("mine", "node-p"), ("theirs", "node-q")):
+            meta = {"name": name, "labels": {"app": "train"}, "annotations": {"keep": "1"}}
+            spec = {"nodeName": node, "serviceAccountName": PLUGIN, "containers": [{"name": "c", "image": "registry.example/x"}]}
+            cluster.api("POST", PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+        yield Installed(cluster, token)
 
 
 def annotations_of(c: LocalCluster, name: str) -> dict[str, Any]:
