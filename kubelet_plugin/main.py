@@ -46,7 +46,7 @@ from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servers import PluginServers, start_servers
 from kubelet_plugin.servicer import MetricsSlot
 from kubelet_plugin.settings import FLAGS, Settings, parse
-from kubelet_plugin.waiting_pods import KubePodApi, RetryPrompter
+from kubelet_plugin.waiting_pods import RetryPrompter
 
 if TYPE_CHECKING:
     from dra_driver.obs.metrics import PluginMetrics, PublisherMetrics
@@ -119,17 +119,6 @@ def _status_reporter(settings: Settings, link: ApiLink) -> DeviceStatusReporter 
         return KubeClaimStatusApi(conn, field_manager=settings.driver_name)
 
     return DeviceStatusReporter(driver=settings.driver_name, node_name=settings.node_name, writer=writer)
-
-
-def _retry_prompter(settings: Settings, link: ApiLink) -> RetryPrompter | None:
-    """What prompts the kubelet to retry the pods that waited for this plugin (None when off)."""
-    if not settings.retry_waiting_pods:
-        return None
-
-    def api() -> KubePodApi:
-        return KubePodApi(link.wait(), link.get_claim)  # on the prompter's thread: waits for the client
-
-    return RetryPrompter(api, driver=settings.driver_name, node=settings.node_name)
 
 
 def _health_monitor(settings: Settings, gpus: list[GpuInfo], link: ApiLink, *, boot_id: str) -> HealthMonitor | None:
@@ -399,7 +388,11 @@ def run(settings: Settings, stop: threading.Event) -> int:
         monitor = _health_monitor(settings, gpus, link, boot_id=boot_id)
         tainted = TaintedPublication(publication, settings.driver_name, evict_fatal=settings.health_evict)
         slot = MetricsSlot() if settings.metrics_port >= 0 else None
-        prompter = _retry_prompter(settings, link)
+        prompter = (  # prompts the kubelet to retry the pods that waited for this plugin
+            RetryPrompter.over_link(link.wait, link.get_claim, driver=settings.driver_name, node=settings.node_name)
+            if settings.retry_waiting_pods
+            else None
+        )
         servers = start_servers(
             settings,
             state,

@@ -131,6 +131,13 @@ class RetryPrompter:
         self._wake = threading.Event()
         self.rounds = 0
 
+    @classmethod
+    def over_link(
+        cls, client: Callable[[], Any], get_claim: Callable[[str, str], dict[str, Any]], *, driver: str, node: str
+    ) -> RetryPrompter:
+        """The plugin's prompter: ``client`` (``ApiLink.wait``) is called on the prompter's thread, once."""
+        return cls(lambda: KubePodApi(client(), get_claim), driver=driver, node=node)
+
     def registered(self) -> None:
         """The kubelet accepted the registration: prompt the waiting pods (on the thread)."""
         self._wake.set()

@@ -134,3 +134,28 @@ def test_the_flag_turns_it_on_and_off(value: str) -> None:
 
     settings = parse(["--node-name", NODE, "--fake-gpus", "h100x8", "--retry-waiting-pods", value])
     assert settings.retry_waiting_pods is (value == "true")
+
+
+def test_over_link_waits_for_the_client_on_the_prompters_thread_and_reads_claims_through_the_link() -> None:
+    """The client (``ApiLink.wait``) is not asked for before a registration; claims go through the link's reader."""
+    asked: list[str] = []
+
+    def client() -> object:
+        asked.append(threading.current_thread().name)
+        raise RuntimeError("no API server here")
+
+    prompter = RetryPrompter.over_link(client, lambda ns, name: claim(), driver=DRIVER, node=NODE)
+    stop = threading.Event()
+    thread = prompter.start(stop)
+    try:
+        time.sleep(0.2)
+        assert [] == asked
+        prompter.registered()
+        deadline = time.monotonic() + 5
+        while prompter.rounds < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ["retry-waiting-pods"] == asked  # failed, logged, the thread lives on
+        assert thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(2)
