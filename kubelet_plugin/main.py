@@ -121,6 +121,15 @@ def _status_reporter(settings: Settings, link: ApiLink) -> DeviceStatusReporter 
     return DeviceStatusReporter(driver=settings.driver_name, node_name=settings.node_name, writer=writer)
 
 
+def _retry_prompter(settings: Settings, link: ApiLink, stop: threading.Event) -> RetryPrompter | None:
+    """What prompts the kubelet to retry the pods that waited for this plugin (None when off); a registration wakes it."""
+    if not settings.retry_waiting_pods:
+        return None
+    prompter = RetryPrompter.over_link(link.wait, link.get_claim, driver=settings.driver_name, node=settings.node_name)
+    prompter.start(stop)
+    return prompter
+
+
 def _health_monitor(settings: Settings, gpus: list[GpuInfo], link: ApiLink, *, boot_id: str) -> HealthMonitor | None:
     """The GPU health monitor (None when ``--health off``), its record loaded."""
     if settings.health == "off":
@@ -388,11 +397,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         monitor = _health_monitor(settings, gpus, link, boot_id=boot_id)
         tainted = TaintedPublication(publication, settings.driver_name, evict_fatal=settings.health_evict)
         slot = MetricsSlot() if settings.metrics_port >= 0 else None
-        prompter = (  # prompts the kubelet to retry the pods that waited for this plugin
-            RetryPrompter.over_link(link.wait, link.get_claim, driver=settings.driver_name, node=settings.node_name)
-            if settings.retry_waiting_pods
-            else None
-        )
+        prompter = _retry_prompter(settings, link, stop)
         servers = start_servers(
             settings,
             state,
@@ -405,8 +410,6 @@ def run(settings: Settings, stop: threading.Event) -> int:
         extra = _monitoring_collectors(settings, gpus, monitor, usage)
         api_client, metrics = _after_sockets(settings, state, link, servers, report=report, slot=slot, extra=extra)
         _start_monitor(monitor, tainted, stop)
-        if prompter is not None:
-            prompter.start(stop)
         if usage is not None:
             threading.Thread(target=_usage_loop, args=(usage, state, link, pods, stop), name="gpu-usage", daemon=True).start()
         if settings.gc_interval_s > 0:
