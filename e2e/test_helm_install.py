@@ -183,6 +183,7 @@ def test_install_creates_the_cluster_objects(installed: LocalCluster) -> None:
         "resourceslices",
         "nodes",
         "events",
+        "pods",  # list, and patch one annotation (kubeletPlugin.retryWaitingPods, the default; e2e/test_pod_retry_guard.py)
     }
     binding = c.api("GET", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{PLUGIN}")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": PLUGIN, "namespace": NAMESPACE}]

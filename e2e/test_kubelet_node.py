@@ -298,8 +298,8 @@ def test_plugin_killed_mid_run_converges_without_double_prepare_or_leaks(tmp_pat
         wait_until("re-registration", lambda: len(events(plugin, "plugin_registered")) > registered, h.diagnostics)
         h.create_gpu_pod("third")
         wait_until("the plugin to die in prepare", lambda: plugin.proc is not None and plugin.proc.poll() == -9, h.diagnostics)
-        plugin.start()
-        third_uid, third_id = h.expected_cdi_id(h.wait_running("third", timeout=180))
+        plugin.start()  # its registration prompts the kubelet to retry "third" now, not at its resync 60-90 s later
+        third_uid, third_id = h.expected_cdi_id(h.wait_running("third"))
         assert any(e.get("claim_uid") == third_uid for e in events(plugin, "cdi_orphan_removed"))
         resolve_cdi(plugin.cdi, third_id)
 

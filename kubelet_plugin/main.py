@@ -4,7 +4,8 @@ Lifecycle: load GPUs (the API client loads meanwhile, ``kubelet_plugin.api_link`
 checkpoint → start the DRA socket, then the registration socket (the kubelet may dial as soon as
 it sees it) → health (``kubelet_plugin.servers``) → wait for the API client → metrics
 (``dra_driver.appkit.metrics_serving``; prometheus_client is loaded only now; a metrics port it cannot
-listen on stops the plugin with exit code 2) → slice publisher. On SIGTERM: health NOT_SERVING,
+listen on stops the plugin with exit code 2) → slice publisher; each registration the kubelet accepts
+prompts the pods that waited for the plugin (``kubelet_plugin.waiting_pods``). On SIGTERM: health NOT_SERVING,
 registration socket removed first (the kubelet deregisters), in-flight calls finish (grace), DRA
 socket removed (``PluginServers.stop``), publisher and metrics server stopped.
 """
@@ -45,6 +46,7 @@ from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servers import PluginServers, start_servers
 from kubelet_plugin.servicer import MetricsSlot
 from kubelet_plugin.settings import FLAGS, Settings, parse
+from kubelet_plugin.waiting_pods import RetryPrompter
 
 if TYPE_CHECKING:
     from dra_driver.obs.metrics import PluginMetrics, PublisherMetrics
@@ -117,6 +119,15 @@ def _status_reporter(settings: Settings, link: ApiLink) -> DeviceStatusReporter 
         return KubeClaimStatusApi(conn, field_manager=settings.driver_name)
 
     return DeviceStatusReporter(driver=settings.driver_name, node_name=settings.node_name, writer=writer)
+
+
+def _retry_prompter(settings: Settings, link: ApiLink, stop: threading.Event) -> RetryPrompter | None:
+    """What prompts the kubelet to retry the pods that waited for this plugin (None when off); a registration wakes it."""
+    if not settings.retry_waiting_pods:
+        return None
+    prompter = RetryPrompter.over_link(link.wait, link.get_claim, driver=settings.driver_name, node=settings.node_name)
+    prompter.start(stop)
+    return prompter
 
 
 def _health_monitor(settings: Settings, gpus: list[GpuInfo], link: ApiLink, *, boot_id: str) -> HealthMonitor | None:
@@ -388,7 +399,15 @@ def run(settings: Settings, stop: threading.Event) -> int:
         monitor = _health_monitor(settings, gpus, link, boot_id=boot_id)
         tainted = TaintedPublication(publication, settings.driver_name, evict_fatal=settings.health_evict)
         slot = MetricsSlot() if settings.metrics_port >= 0 else None
-        servers = start_servers(settings, state, status, _health_streams(settings, monitor, publication), slot)
+        prompter = _retry_prompter(settings, link, stop)
+        servers = start_servers(
+            settings,
+            state,
+            status,
+            _health_streams(settings, monitor, publication),
+            slot,
+            on_registered=prompter.registered if prompter is not None else None,
+        )
         usage = _usage_sampler(settings, state, publication, pods)
         extra = _monitoring_collectors(settings, gpus, monitor, usage)
         api_client, metrics = _after_sockets(settings, state, link, servers, report=report, slot=slot, extra=extra)

@@ -7,6 +7,7 @@ tells us whether it accepted us. Called by the kubelet (and by our own liveness 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -25,13 +26,24 @@ SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 class RegistrationServicer(reg_grpc.RegistrationServicer):
     """``pluginregistration.Registration``."""
 
-    def __init__(self, driver: str, dra_endpoint: str, *, extra_services: tuple[str, ...] = ()) -> None:
-        """``extra_services`` are advertised after the DRA services (the health stream's)."""
+    def __init__(
+        self,
+        driver: str,
+        dra_endpoint: str,
+        *,
+        extra_services: tuple[str, ...] = (),
+        on_registered: Callable[[], None] | None = None,
+    ) -> None:
+        """``extra_services`` are advertised after the DRA services (the health stream's).
+
+        ``on_registered`` is called on each accepted registration (``kubelet_plugin.waiting_pods``; it must not block).
+        """
         self._versions = [*SUPPORTED_VERSIONS, *extra_services]
         self._driver = driver
         self._endpoint = dra_endpoint
         self.registered = threading.Event()
         self.last_error = ""
+        self._on_registered = on_registered
 
     def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
         """Who we are: type, driver name, absolute DRA socket path, versions."""
@@ -47,6 +59,8 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
             self.registered.set()
             self.last_error = ""
             log.info("plugin_registered", driver=self._driver)
+            if self._on_registered is not None:
+                self._on_registered()
         else:
             self.registered.clear()
             self.last_error = request.error

@@ -8,6 +8,7 @@ registration socket (the kubelet may dial as soon as it sees it), then the gRPC 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -63,8 +64,13 @@ def start_servers(
     status: DeviceStatusReporter | None,
     streams: HealthStreams | None = None,
     metrics: MetricsSlot | None = None,
+    *,
+    on_registered: Callable[[], None] | None = None,
 ) -> PluginServers:
-    """DRA socket first, then registration (the kubelet may dial as soon as it sees it), then health."""
+    """DRA socket first, then registration (the kubelet may dial as soon as it sees it), then health.
+
+    ``on_registered`` is called on each registration the kubelet accepts (``kubelet_plugin.waiting_pods``).
+    """
     paths = SocketPaths.for_plugin(
         driver=settings.driver_name,
         registrar_dir=settings.registrar_dir,
@@ -79,7 +85,10 @@ def start_servers(
     secure_socket(paths.dra)
 
     registration = RegistrationServicer(
-        settings.driver_name, str(paths.dra), extra_services=SERVICE_NAMES if streams is not None else ()
+        settings.driver_name,
+        str(paths.dra),
+        extra_services=SERVICE_NAMES if streams is not None else (),
+        on_registered=on_registered,
     )
     reg_server = unix_server(paths.registration, max_workers=2)
     reg_grpc.add_RegistrationServicer_to_server(registration, reg_server)

@@ -68,6 +68,10 @@ class Settings:
     health_stream: bool = True
     usage_interval_s: float = 10.0
     """Seconds between per-claim utilization samples (0: off; nothing is sampled while metrics are off)."""
+    retry_waiting_pods: bool = True
+    """After each registration, annotate the node's waiting pods (Pending, or Running with a container not running)
+    with a claim of this driver, so the kubelet retries their prepare at once instead of at its next resync, 60-90 s
+    later (``kubelet_plugin.waiting_pods``)."""
 
 
 PLUGIN_FLAGS = (
@@ -106,6 +110,14 @@ PLUGIN_FLAGS = (
     Flag(
         "device-status",
         "report prepared devices in their ResourceClaim's status.devices (needs the chart's deviceStatus RBAC)",
+        "true",
+        kind=BOOL,
+    ),
+    Flag(
+        "retry-waiting-pods",
+        "after registering, annotate this node's waiting pods (Pending, or Running with a container not running) "
+        "that have a claim of this driver, so the kubelet retries their prepare at once instead of 60-90 s later "
+        "(needs the chart's kubeletPlugin.retryWaitingPods RBAC)",
         "true",
         kind=BOOL,
     ),

@@ -167,6 +167,7 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "HEALTHCHECK_PORT": "51515",
         "PUBLISH_SLICES": "true",
         "GC_INTERVAL": "600",
+        "RETRY_WAITING_PODS": "true",
         "METRICS_PORT": "9420",
         "USAGE_INTERVAL": "10",
         "HEALTH": "auto",
@@ -246,22 +247,30 @@ PLUGIN_RULES = [
     rule([""], ["nodes"], ["get"]),
     rule([""], ["events"], ["create"]),
 ]
+# kubelet_plugin.waiting_pods lists the node's Pending pods and merge-patches one annotation (kubeletPlugin.retryWaitingPods).
+RETRY_RULES = [rule([""], ["pods"], ["list", "patch"])]
 
 
 def test_rbac_least_privilege(helm: Helm) -> None:
     """The plugin's ClusterRole is exactly what it calls; claim status by server-side apply (patch only), for its
-    driver on its own node only, and none with device status off; the webhook has no role and no token."""
+    driver on its own node only, and none with device status off; pods list and patch only with retryWaitingPods;
+    the webhook has no role and no token."""
     # claim_status_api server-side applies status.devices: PATCH only, never PUT; from 1.36 the API
     # server also checks associated-node:<verb> on resourceclaims/driver named by the driver.
     status_rules = [
         rule(["resource.k8s.io"], ["resourceclaims/status"], ["patch"]),
         rule(["resource.k8s.io"], ["resourceclaims/driver"], ["associated-node:patch"], names=[DEFAULT_DRIVER_NAME]),
     ]
-    assert rule_set(by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES + status_rules)
+    default = by_kind(helm.template(), "ClusterRole")[PLUGIN]["rules"]
+    assert rule_set(default) == rule_set(PLUGIN_RULES + RETRY_RULES + status_rules)
     off = helm.template("deviceStatus.enabled=false")
-    assert rule_set(by_kind(off, "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES)
+    assert rule_set(by_kind(off, "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES + RETRY_RULES)
     (container,) = by_kind(off, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
     assert env_of(container)["DEVICE_STATUS"] == "false"
+    no_retry = helm.template("kubeletPlugin.retryWaitingPods=false")
+    assert rule_set(by_kind(no_retry, "ClusterRole")[PLUGIN]["rules"]) == rule_set(PLUGIN_RULES + status_rules)
+    (container,) = by_kind(no_retry, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    assert env_of(container)["RETRY_WAITING_PODS"] == "false"
 
     # Everything on: the only roles are the plugin's and the controller's; the webhook reads nothing
     # from the API server, so it has no role and its pod mounts no token.
@@ -900,3 +909,38 @@ def test_claim_status_policy_is_absent_when_nothing_writes_claim_status_or_polic
     assert CLAIM_STATUS_POLICY not in policies and CLAIM_STATUS_POLICY not in bindings
     if off == "deviceStatus.enabled=false":
         assert "dra-gpu-resourceslices" in policies  # the slice policy stays
+
+
+# -- The guard on the plugin's pod annotation (kubeletPlugin.retryWaitingPods) ----------------------
+
+POD_RETRY_POLICY = "dra-gpu-pod-prepare-retry"
+
+
+def test_pod_retry_policy_pins_the_plugin_to_its_nodes_pods_and_one_annotation(helm: Helm) -> None:
+    """Pod UPDATEs of the plugin's account only, denying, failing closed: its own node's pods, the one annotation."""
+    policies, bindings = admission_objects(helm.template())
+    spec = policies[POD_RETRY_POLICY]["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["pods"]}
+    ]
+    (match,) = spec["matchConditions"]
+    assert match["expression"] == f"request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:{PLUGIN}'"
+    assert [v["message"] for v in spec["validations"]] == [
+        "the dra-gpu kubelet plugin may only annotate pods bound to its own node",
+        f"the dra-gpu kubelet plugin may only change the annotation {DEFAULT_DRIVER_NAME}/prepare-retry of a pod",
+    ]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    slice_vars = {v["name"]: v["expression"] for v in policies["dra-gpu-resourceslices"]["spec"]["variables"]}
+    assert variables["tokenNode"] == slice_vars["allowedNode"]
+    assert variables["key"] == f"'{DEFAULT_DRIVER_NAME}/prepare-retry'"
+    assert bindings[POD_RETRY_POLICY]["spec"] == {"policyName": POD_RETRY_POLICY, "validationActions": ["Deny"]}
+
+
+@pytest.mark.parametrize(
+    "off", ["kubeletPlugin.retryWaitingPods=false", "admissionPolicy.enabled=false", "kubeletPlugin.enabled=false"]
+)
+def test_pod_retry_policy_is_absent_without_the_grant_or_policies(helm: Helm, off: str) -> None:
+    """No pods grant (retryWaitingPods off, no plugin), or no policies at all: no pod policy."""
+    policies, bindings = admission_objects(helm.template(off))
+    assert POD_RETRY_POLICY not in policies and POD_RETRY_POLICY not in bindings

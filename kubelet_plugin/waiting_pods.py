@@ -1,0 +1,188 @@
+"""After each registration, prompt the kubelet to retry the pods that wait on this driver now, not in 60-90 s.
+
+Why: when the kubelet syncs a pod whose claim's driver is not registered (the plugin restarting,
+a node rebooting), ``PrepareResources`` fails and the kubelet's ``SyncPod`` returns without
+recording an error (kuberuntime_manager.go: the failure only raises a FailedPrepareDynamicResources
+Event), so the pod worker requeues the pod at its resync interval, ``syncFrequency`` (1 min) with
+50 % jitter: 60-90 s, however soon the plugin registers. Registration itself starts no pod sync.
+What does start one at once is a change to the pod's metadata: the kubelet's config source sends it
+as an update and the pod worker syncs the pod immediately.
+
+So, once the kubelet has told us we are registered (``NotifyRegistrationStatus``, which it sends
+after its DRA manager has added the plugin), this module lists the node's pods whose containers do
+not all run (Pending, or Running again after a reboot), keeps those with a claim allocated from this
+driver, and sets one annotation on each
+(``<driver>/prepare-retry``, the time); that is all it writes. The kubelet then prepares their
+claims as it would have at its next resync: nothing about preparation changes (its checks, the
+checkpoint, the serializing lock), only when the kubelet asks. Best effort: a refusal (the chart's
+``kubeletPlugin.retryWaitingPods`` off, so no RBAC) or any error is logged and the pod waits for the
+kubelet's resync as before.
+
+Started by ``kubelet_plugin.main`` (``--retry-waiting-pods``, default true); woken by
+``kubelet_plugin.registration.RegistrationServicer``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+ANNOTATION = "prepare-retry"
+"""The annotation's name, under the driver's name as prefix: ``<driver>/prepare-retry``."""
+MAX_PODS = 256
+"""Pods prompted per registration at most (a node runs far fewer GPU pods)."""
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class PodApi(Protocol):
+    """The calls this module makes: the node's pods, one claim, one pod's annotations."""
+
+    def pending_pods(self, node: str) -> list[dict[str, Any]]:
+        """The pods bound to ``node`` that have not ended (``waits`` picks the waiting ones)."""
+        ...
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """One ResourceClaim; raises when it cannot be read."""
+        ...
+
+    def annotate(self, namespace: str, name: str, key: str, value: str) -> None:
+        """Set one annotation on one pod (a merge patch of its metadata, nothing else)."""
+        ...
+
+
+def claim_names(pod: dict[str, Any]) -> list[str]:
+    """The names of the pod's ResourceClaims: direct ones, and those made from templates (status)."""
+    names = [c["resourceClaimName"] for c in pod.get("spec", {}).get("resourceClaims") or [] if c.get("resourceClaimName")]
+    names += [
+        s["resourceClaimName"] for s in pod.get("status", {}).get("resourceClaimStatuses") or [] if s.get("resourceClaimName")
+    ]
+    return list(dict.fromkeys(names))
+
+
+def waits(pod: dict[str, Any]) -> bool:
+    """A pod with claims, not being deleted, whose containers do not all run: Pending, or Running after a reboot.
+
+    After a reboot a pod that ran keeps its phase Running while the kubelet starts it again.
+    """
+    meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
+    if meta.get("deletionTimestamp") or not spec.get("resourceClaims"):
+        return False
+    phase = status.get("phase")
+    if phase == "Pending":
+        return True
+    containers = status.get("containerStatuses") or []
+    return phase == "Running" and (not containers or not all("running" in (c.get("state") or {}) for c in containers))
+
+
+def uses_driver(claim: dict[str, Any], driver: str, node: str) -> bool:
+    """The claim has a device of ``driver`` allocated from this node's pool."""
+    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+    return any(r.get("driver") == driver and r.get("pool") == node for r in results)
+
+
+def prompt_waiting_pods(api: PodApi, *, driver: str, node: str, now: Callable[[], str] | None = None) -> list[str]:
+    """Annotate the node's waiting pods with a claim of ``driver``; return them (``namespace/name``). Raises API errors."""
+    stamp = (now or _utc_now)()
+    done: list[str] = []
+    for pod in _ours(api, api.pending_pods(node), driver, node):
+        meta = pod["metadata"]
+        api.annotate(meta["namespace"], meta["name"], f"{driver}/{ANNOTATION}", stamp)
+        done.append(f"{meta['namespace']}/{meta['name']}")
+        if len(done) >= MAX_PODS:
+            break
+    return done
+
+
+def _ours(api: PodApi, pods: Iterable[dict[str, Any]], driver: str, node: str) -> Iterable[dict[str, Any]]:
+    for pod in pods:
+        if not waits(pod):
+            continue
+        namespace = pod["metadata"]["namespace"]
+        for name in claim_names(pod):
+            try:
+                claim = api.get_claim(namespace, name)
+            except Exception as err:  # noqa: BLE001 - a claim not created yet, or gone: that pod waits as before
+                log.debug("waiting_pod_claim_unreadable", claim=f"{namespace}/{name}", error=str(err))
+                continue
+            if uses_driver(claim, driver, node):
+                yield pod
+                break
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class RetryPrompter:
+    """A thread that prompts the waiting pods after each registration (``registered`` wakes it)."""
+
+    def __init__(self, api: Callable[[], PodApi], *, driver: str, node: str) -> None:
+        """``api`` is called on the thread, once (it may wait for the API client to load)."""
+        self._api_factory = api
+        self._driver = driver
+        self._node = node
+        self._wake = threading.Event()
+        self.rounds = 0
+
+    @classmethod
+    def over_link(
+        cls, client: Callable[[], Any], get_claim: Callable[[str, str], dict[str, Any]], *, driver: str, node: str
+    ) -> RetryPrompter:
+        """The plugin's prompter: ``client`` (``ApiLink.wait``) is called on the prompter's thread, once."""
+        return cls(lambda: KubePodApi(client(), get_claim), driver=driver, node=node)
+
+    def registered(self) -> None:
+        """The kubelet accepted the registration: prompt the waiting pods (on the thread)."""
+        self._wake.set()
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        """The thread, running until ``stop``."""
+        thread = threading.Thread(target=self._run, args=(stop,), name="retry-waiting-pods", daemon=True)
+        thread.start()
+        return thread
+
+    def _run(self, stop: threading.Event) -> None:
+        api: PodApi | None = None
+        while not stop.is_set():
+            if not self._wake.wait(0.5):
+                continue
+            self._wake.clear()
+            try:
+                api = api or self._api_factory()
+                pods = prompt_waiting_pods(api, driver=self._driver, node=self._node)
+                log.info("waiting_pods_prompted", pods=pods)
+            except Exception as err:  # noqa: BLE001 - best effort: the kubelet's own resync still comes
+                log.warning("waiting_pods_not_prompted", error=str(err), hint="the chart's kubeletPlugin.retryWaitingPods RBAC")
+            self.rounds += 1
+
+
+class KubePodApi:
+    """``PodApi`` over the plugin's API connection (raw JSON, ``dra_driver.kube.rest``)."""
+
+    def __init__(self, conn: Any, get_claim: Callable[[str, str], dict[str, Any]]) -> None:
+        from dra_driver.kube.rest import RestApi  # loaded on the prompter's thread, off the start-up path
+
+        self._rest = RestApi(conn, total_timeout_s=10.0)
+        self._get_claim = get_claim
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """The plugin's own claim reader (``kubelet_plugin.api_link.ApiLink.get_claim``)."""
+        return self._get_claim(namespace, name)
+
+    def pending_pods(self, node: str) -> list[dict[str, Any]]:
+        """``GET /api/v1/pods`` with a field selector: this node's, neither Succeeded nor Failed."""
+        query = [("fieldSelector", f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")]
+        items: list[dict[str, Any]] = self._rest.call("GET", "/api/v1/pods", query=query).get("items") or []
+        return items
+
+    def annotate(self, namespace: str, name: str, key: str, value: str) -> None:
+        """A JSON merge patch of the pod's annotations: one key."""
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+        self._rest.call("PATCH", path, body={"metadata": {"annotations": {key: value}}}, content_type=MERGE_PATCH)
