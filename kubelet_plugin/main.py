@@ -35,6 +35,7 @@ from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
 from kubelet_plugin.driver_userspace import driver_supply
+from kubelet_plugin.monitoring.device_plugin_guard import guarded
 from kubelet_plugin.monitoring.device_status import DeviceStatusReporter, StatusWriter
 from kubelet_plugin.monitoring.health_monitor import HealthMonitor, MonitorConfig
 from kubelet_plugin.monitoring.health_stream import HealthStreams
@@ -307,8 +308,17 @@ def _start_publisher(
         api, settings.driver_name, settings.node_name, on_refusal=refused, metrics=metrics, on_dropped=publication.on_dropped
     )
 
+    target = guarded(  # no devices while a device plugin serves this node's GPUs (--device-plugin-check-interval)
+        publisher,
+        node_name=settings.node_name,
+        interval_s=settings.device_plugin_check_interval_s,
+        api_client=api_client,
+        notify=link.notify,
+        stop=stop,
+    )
+
     def run() -> None:
-        publication.attach(publisher, api.server_minor_version)  # on this thread: the version is an API call
+        publication.attach(target, api.server_minor_version)  # on this thread: the version is an API call
         publisher.run(stop)
 
     thread = threading.Thread(target=run, name="slice-publisher", daemon=True)
