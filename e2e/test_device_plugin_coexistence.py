@@ -4,9 +4,10 @@ Control plane and the kubelet are upstream binaries (testkit/go/build.sh, fake c
 the plugin is our daemon with 8 fake H100s and ``--device-plugin-check-interval 1``. A small device
 plugin (``testkit.device_plugin``, the kubelet's device-plugin API v1beta1) registers
 ``nvidia.com/gpu`` with 8 devices: the kubelet lists it in the Node's allocatable, and the plugin
-withdraws its devices (an empty slice) and raises a ``DevicePluginConflict`` Event. The device plugin
-stops: the kubelet zeroes allocatable (capacity stays for its grace), and the devices come back with a
-``DevicePluginConflictCleared`` Event. Run with ``-s`` to see the timings.
+withdraws its devices (an empty slice) and raises a ``DevicePluginConflict`` Event. Restarted meanwhile,
+the plugin's first publication already has no devices. The device plugin stops: the kubelet zeroes
+allocatable (capacity stays for its grace), and the devices come back with a ``DevicePluginConflictCleared``
+Event. Run with ``-s`` to see the timings.
 """
 
 from __future__ import annotations
@@ -54,6 +55,19 @@ def test_device_plugin_on_the_node_withdraws_the_gpus_until_it_is_gone(tmp_path:
             (logged,) = events(plugin, "device_plugin_conflict")
             assert logged["resources"] == {"nvidia.com/gpu": 8}
 
+            # Restarted while the device plugin serves: the first publication already has no devices.
+            plugin.stop()
+            mark = len(plugin.logs())
+            plugin.start()
+
+            def run_sets() -> list[int]:
+                return [e["devices"] for e in plugin.logs()[mark:] if e.get("event") == "slice_devices_set"]
+
+            wait_until("the restarted plugin to state its devices", run_sets, h.diagnostics)
+            assert len(events(plugin, "device_plugin_conflict")) == 2
+            assert all(n == 0 for n in run_sets()), f"published before the guard decided: {run_sets()}"
+            assert devices() == 0
+
             t1 = time.monotonic()
             dp.stop()
             wait_until("the kubelet to zero allocatable", lambda: allocatable() == "0", h.diagnostics)
@@ -64,7 +78,7 @@ def test_device_plugin_on_the_node_withdraws_the_gpus_until_it_is_gone(tmp_path:
         cleared = wait_until("the cleared Event", lambda: node_events("DevicePluginConflictCleared"), h.diagnostics)
         assert cleared[0]["type"] == "Normal"
         assert events(plugin, "device_plugin_conflict_cleared")
-        assert len(node_events("DevicePluginConflict")) == 1
+        assert len(node_events("DevicePluginConflict")) == 2  # one per plugin run
         print(
             f"\ndevice plugin registered -> allocatable nvidia.com/gpu=8: {t_alloc - t0:.1f}s, "
             f"-> slices withdrawn: {t_withdrawn - t0:.1f}s ({t_withdrawn - t_alloc:.1f}s after allocatable)\n"
