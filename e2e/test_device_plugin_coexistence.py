@@ -34,7 +34,8 @@ def test_device_plugin_on_the_node_withdraws_the_gpus_until_it_is_gone(tmp_path:
             return sum(len(s["spec"].get("devices") or []) for s in items)
 
         def allocatable() -> str | None:
-            return h.c.api("GET", "/api/v1/nodes/node-a").get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
+            value = h.c.api("GET", "/api/v1/nodes/node-a").get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
+            return None if value is None else str(value)
 
         def node_events(reason: str) -> list[dict[str, Any]]:
             items = h.c.api("GET", EVENTS)["items"]

@@ -44,6 +44,16 @@ class _Servicer(pb_grpc.DevicePluginServicer):
         while not self._done.wait(0.2) and context.is_active():
             pass  # the list never changes; the stream ends when the plugin stops
 
+    def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> pb.PreferredAllocationResponse:
+        return pb.PreferredAllocationResponse()  # never asked: the options say it is not available
+
+    def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()  # never asked: the options say it is not required
+
     def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
         return pb.AllocateResponse(container_responses=[pb.ContainerAllocateResponse() for _ in request.container_requests])
 

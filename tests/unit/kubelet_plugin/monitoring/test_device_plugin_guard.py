@@ -46,7 +46,8 @@ class FakeNode:
 
 
 def make(interval_s: float = 30.0) -> tuple[DevicePluginGuard, Recorder, FakeNode, list[Notice]]:
-    pub, node, events = Recorder(), FakeNode(), []
+    pub, node = Recorder(), FakeNode()
+    events: list[Notice] = []
     guard = DevicePluginGuard(pub, node_name="node-a", read_node=node.read, notify=events.append, interval_s=interval_s)
     return guard, pub, node, events
 
@@ -123,8 +124,8 @@ def test_an_unreadable_node_keeps_the_last_decision_and_logs_once() -> None:
     assert pub.last == []
     node.down = True
     node.allocatable["nvidia.com/gpu"] = "0"  # gone, but nobody can tell: still withheld
-    guard.check_once()
-    assert pub.last == [] and guard.decision.state is Guard.CONFLICT
+    assert guard.check_once().state is Guard.CONFLICT
+    assert pub.last == []
     assert [e.reason for e in events] == ["DevicePluginConflict"]
     node.down = False
     guard.check_once()
