@@ -9,12 +9,14 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from dra_driver.core.device_plugin_conflict import Guard
 from dra_driver.core.schema import Attr, DeviceSpec
 from dra_driver.files.checkpoint_store import Notice
 from kubelet_plugin.monitoring.device_plugin_guard import DevicePluginGuard, guarded
+from kubelet_plugin.settings import parse
 
 DEVICES = [DeviceSpec(f"gpu-{i}", {"type": Attr("string", "gpu")}, {}) for i in range(8)]
 COUNTERS: list[dict[str, object]] = [{"name": "gpu-0-counters", "counters": {}}]
@@ -161,3 +163,17 @@ def test_interval_zero_turns_the_guard_off() -> None:
         got = guarded(pub, node_name="n", interval_s=0, api_client=None, notify=events.append, stop=threading.Event())
     assert got is pub
     assert [entry["event"] for entry in logs] == ["device_plugin_guard_disabled"]
+
+
+def test_the_interval_flag_defaults_to_30s_and_refuses_negative_or_nan(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DEVICE_PLUGIN_CHECK_INTERVAL", raising=False)
+    base = ["--node-name", "n", "--fake-gpus", "h100x8"]
+    assert parse(base).device_plugin_check_interval_s == 30.0
+    assert parse([*base, "--device-plugin-check-interval", "0"]).device_plugin_check_interval_s == 0.0
+    for bad in ("-1", "nan"):
+        with pytest.raises(SystemExit) as exc:
+            parse([*base, "--device-plugin-check-interval", bad])
+        assert exc.value.code == 2
+        assert "--device-plugin-check-interval" in capsys.readouterr().err
