@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -22,31 +21,26 @@ import structlog
 from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.inventory import node_publication
 from dra_driver.appkit.metrics_serving import MetricsUnavailable, ServedMetrics, serve_daemon_metrics
-from dra_driver.core.cdi import FAKE_DEVICE_NODE_HOST
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
 from dra_driver.core.mig_publish import Publication
 from dra_driver.core.schema import gpu_device_name
-from dra_driver.files.cdi_store import CdiStore
-from dra_driver.files.checkpoint_store import BootIdError, CheckpointStore, Notice, read_boot_id
+from dra_driver.files.checkpoint_store import BootIdError, Notice, read_boot_id
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.obs.ports import metrics_port_problem
 from dra_driver.obs.scrape_auth import load_or_log
-from dra_driver.sharing_backends.select import make_sharing_backend
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
-from kubelet_plugin.driver_userspace import driver_supply
-from kubelet_plugin.monitoring.device_status import DeviceStatusReporter, StatusWriter
-from kubelet_plugin.monitoring.health_monitor import HealthMonitor, MonitorConfig
+from kubelet_plugin.assembly import build_state, health_monitor, retry_prompter, status_reporter
+from kubelet_plugin.monitoring.device_plugin_guard import guarded
+from kubelet_plugin.monitoring.health_monitor import HealthMonitor
 from kubelet_plugin.monitoring.health_stream import HealthStreams
 from kubelet_plugin.monitoring.health_taints import TaintedPublication
 from kubelet_plugin.monitoring.pod_notes import PodNotes
-from kubelet_plugin.prepare.mig_ops import MigOps
 from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servers import PluginServers, start_servers
 from kubelet_plugin.servicer import MetricsSlot
 from kubelet_plugin.settings import FLAGS, Settings, parse
-from kubelet_plugin.waiting_pods import RetryPrompter
 
 if TYPE_CHECKING:
     from dra_driver.obs.metrics import PluginMetrics, PublisherMetrics
@@ -57,98 +51,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 COMPONENT = "dra-gpu-kubelet-plugin"
-TOOLKIT_SPEC_DIR = Path("/etc/cdi")  # where nvidia-ctk writes its spec besides /var/run/cdi
-
-
-def _build_state(
-    settings: Settings,
-    gpus: list[GpuInfo],
-    publication: Publication,
-    backend: MigBackend | None,
-    link: ApiLink,
-    *,
-    boot_id: str,
-    pods: PodNotes,
-) -> DeviceState:
-    settings.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
-    real = settings.fake_gpus is None
-    checkpoints = CheckpointStore(settings.plugin_dir, boot_id)
-    supply = driver_supply(  # the driver's user space for the containers, found once
-        gpus=gpus,
-        driver_root=settings.driver_root,
-        host_root=settings.driver_root_host_path,
-        toolkit_dirs=[settings.cdi_root, TOOLKIT_SPEC_DIR],
-        notify=link.notify,
-    )
-    return DeviceState(
-        driver=settings.driver_name,
-        node_name=settings.node_name,
-        publication=publication,
-        mig=MigOps(backend, gpus) if backend is not None else None,
-        sharing=make_sharing_backend(
-            fake=not real,
-            state_dir=settings.fake_gpu_state_dir,
-            mps_root=settings.plugin_dir / "mps",
-            nvidia_bin_dir=settings.nvidia_bin_dir,
-            boot_id=boot_id,
-        ),
-        mps_root=settings.plugin_dir / "mps",
-        claims=pods.watching(link),  # the claims' pods, noted for the usage metrics
-        cdi=CdiStore(settings.cdi_root, settings.driver_name, later=checkpoints.sync),
-        checkpoints=checkpoints,
-        lock_path=settings.plugin_dir / "serialize.lock",
-        device_nodes=True,
-        device_node_host="" if real else FAKE_DEVICE_NODE_HOST,
-        toolkit_devices=supply.toolkit_devices,
-        driver_files=supply.files,
-        driver_missing=supply.missing,
-        notify=link.notify,
-    )
-
-
-def _status_reporter(settings: Settings, link: ApiLink) -> DeviceStatusReporter | None:
-    """The device status reporter (None when off); its API client is made on its own thread once loaded."""
-    if not settings.device_status:
-        log.info("device_status_disabled")
-        return None
-
-    def writer() -> StatusWriter:
-        conn = link.wait()  # first: the link loads once the sockets serve, and so does this import
-        from dra_driver.kube.claim_status_api import KubeClaimStatusApi
-
-        return KubeClaimStatusApi(conn, field_manager=settings.driver_name)
-
-    return DeviceStatusReporter(driver=settings.driver_name, node_name=settings.node_name, writer=writer)
-
-
-def _retry_prompter(settings: Settings, link: ApiLink, stop: threading.Event) -> RetryPrompter | None:
-    """What prompts the kubelet to retry the pods that waited for this plugin (None when off); a registration wakes it."""
-    if not settings.retry_waiting_pods:
-        return None
-    prompter = RetryPrompter.over_link(link.wait, link.get_claim, driver=settings.driver_name, node=settings.node_name)
-    prompter.start(stop)
-    return prompter
-
-
-def _health_monitor(settings: Settings, gpus: list[GpuInfo], link: ApiLink, *, boot_id: str) -> HealthMonitor | None:
-    """The GPU health monitor (None when ``--health off``), its record loaded."""
-    if settings.health == "off":
-        log.info("health_monitoring_disabled")
-        return None
-    from dra_driver.files.health_store import HealthStore
-    from dra_driver.sources.select import make_health_source
-
-    uuids = [g.uuid for g in gpus]
-    monitor = HealthMonitor(
-        source=lambda: make_health_source(fake_gpus=settings.fake_gpus, state_dir=settings.fake_gpu_state_dir, gpu_uuids=uuids),
-        gpus=gpus,
-        store=HealthStore(settings.plugin_dir, boot_id),
-        plugin_dir=settings.plugin_dir,
-        notify=link.notify,
-        config=MonitorConfig(check_interval_s=settings.health_check_interval_s, hold_s=settings.health_hold_s),
-    )
-    monitor.load()
-    return monitor
 
 
 def _usage_sampler(settings: Settings, state: DeviceState, publication: Publication, pods: PodNotes) -> UsageSampler | None:
@@ -318,8 +220,17 @@ def _start_publisher(
         api, settings.driver_name, settings.node_name, on_refusal=refused, metrics=metrics, on_dropped=publication.on_dropped
     )
 
+    target = guarded(  # no devices while a device plugin serves this node's GPUs (--device-plugin-check-interval)
+        publisher,
+        node_name=settings.node_name,
+        interval_s=settings.device_plugin_check_interval_s,
+        api_client=api_client,
+        notify=link.notify,
+        stop=stop,
+    )
+
     def run() -> None:
-        publication.attach(publisher, api.server_minor_version)  # on this thread: the version is an API call
+        publication.attach(target, api.server_minor_version)  # on this thread: the version is an API call
         publisher.run(stop)
 
     thread = threading.Thread(target=run, name="slice-publisher", daemon=True)
@@ -384,7 +295,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
         gpus, settings.mig, backend, consumable=settings.consumable, mig_profiles=settings.mig_profiles
     )
     pods = PodNotes()
-    state = _build_state(settings, gpus, publication, backend, link, boot_id=boot_id, pods=pods)
+    state = build_state(settings, gpus, publication, backend, link, boot_id=boot_id, pods=pods)
     try:
         report = state.startup()
         for note in publication.notes:
@@ -395,11 +306,11 @@ def run(settings: Settings, stop: threading.Event) -> int:
             devices=len(publication.devices),
             counter_sets=len(publication.counter_sets),
         )
-        status = _status_reporter(settings, link)
-        monitor = _health_monitor(settings, gpus, link, boot_id=boot_id)
+        status = status_reporter(settings, link)
+        monitor = health_monitor(settings, gpus, link, boot_id=boot_id)
         tainted = TaintedPublication(publication, settings.driver_name, evict_fatal=settings.health_evict)
         slot = MetricsSlot() if settings.metrics_port >= 0 else None
-        prompter = _retry_prompter(settings, link, stop)
+        prompter = retry_prompter(settings, link, stop)
         servers = start_servers(
             settings,
             state,

@@ -72,6 +72,9 @@ class Settings:
     """After each registration, annotate the node's waiting pods (Pending, or Running with a container not running)
     with a claim of this driver, so the kubelet retries their prepare at once instead of at its next resync, 60-90 s
     later (``kubelet_plugin.waiting_pods``)."""
+    device_plugin_check_interval_s: float = 30.0
+    """Seconds between reads of the Node for a device plugin's GPUs (0: guard off,
+    ``kubelet_plugin.monitoring.device_plugin_guard``)."""
 
 
 PLUGIN_FLAGS = (
@@ -121,8 +124,17 @@ PLUGIN_FLAGS = (
         "true",
         kind=BOOL,
     ),
+    Flag(
+        "device-plugin-check-interval",
+        "seconds between reads of this node's Node object for a device plugin's GPUs (nvidia.com/gpu or "
+        "nvidia.com/mig-* allocatable above 0), while which no devices are published; 0 = guard off",
+        "30",
+        kind=FLOAT,
+        field="device_plugin_check_interval_s",
+    ),
 )
-"""The plugin's own node flags: directories, sockets, the health port, publishing, GC, the driver root."""
+"""The plugin's own node flags: directories, sockets, the health port, publishing, GC, the driver root, the
+device-plugin guard."""
 
 HEALTH_FLAGS = (
     Flag(
@@ -183,6 +195,9 @@ def _check(fail: Fail, values: Values, parsed: Mapping[str, Any]) -> None:
         fail(f"--usage-interval: {usage} is not a number")
     if values["gc_interval_s"] < 0:
         fail(f"--gc-interval: {values['gc_interval_s']} is negative")
+    check = values["device_plugin_check_interval_s"]
+    if not (math.isfinite(check) and check >= 0):
+        fail(f"--device-plugin-check-interval: {check} is not a number of seconds >= 0")
     plugin_dir = Path(values["plugin_dir"] or f"/var/lib/kubelet/plugins/{values['driver_name']}").absolute()
     driver_root = values["driver_root"] or (None if values["fake_gpus"] else "/driver-root")
     host_root = values["driver_root_host_path"] or driver_root

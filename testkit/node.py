@@ -149,6 +149,11 @@ class KubeletNode:
             self.stop()
             raise
 
+    @property
+    def device_plugin_dir(self) -> Path:
+        """Where the kubelet's device-plugin socket (``kubelet.sock``) and the device plugins' sockets are, seen from here."""
+        return self.workdir / "device-plugins" if self.namespaced else HARDCODED_DIRS["device-plugins"]
+
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the kubelet, then fakecri (SIGKILL after ``timeout`` s); keep ``workdir``."""
         for popen in (self._kubelet, self._fakecri):

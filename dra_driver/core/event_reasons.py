@@ -22,6 +22,13 @@ EVENT_REASON_MEANINGS: Final[Mapping[str, str]] = {
     "change, was used. Nothing is destroyed.",
     "CheckpointTooNew": "The checkpoint was written by a newer plugin (a rollback): this plugin refuses to prepare "
     "and publishes nothing until the newer version runs again. See the upgrade guide.",
+    "DevicePluginConflict": "A device plugin serves GPUs on this node (status.allocatable lists nvidia.com/gpu or "
+    "nvidia.com/mig-* above 0): the kubelet would hand out the GPUs the scheduler allocates through DRA, so none of "
+    "the node's GPUs is published (its slices are emptied) until it is gone. Keep the device plugin off the node (a "
+    "node label and its DaemonSet's nodeSelector or affinity), or remove it and use the chart's extendedResources "
+    "mode. The message names the resources and counts.",
+    "DevicePluginConflictCleared": "The device plugin's GPU resources are 0 or absent again: the node's GPUs are "
+    "published again.",
     "DevicesNotPublished": "The node's ResourceSlices are refused (the API server would drop fields that make the pool "
     "unsafe, e.g. shared counters without DRAPartitionableDevices): nothing is published, and why.",
     "DriverUserspaceMissing": "The NVIDIA driver's user-space files were not found under the driver root and some GPUs "

@@ -168,6 +168,7 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "PUBLISH_SLICES": "true",
         "GC_INTERVAL": "600",
         "RETRY_WAITING_PODS": "true",
+        "DEVICE_PLUGIN_CHECK_INTERVAL": "30",
         "METRICS_PORT": "9420",
         "USAGE_INTERVAL": "10",
         "HEALTH": "auto",
@@ -281,6 +282,18 @@ def test_rbac_least_privilege(helm: Helm) -> None:
     assert by_kind(docs, "ServiceAccount")["dra-gpu-webhook"]["automountServiceAccountToken"] is False
     webhook_pod = by_kind(docs, "Deployment")["dra-gpu-webhook"]["spec"]["template"]["spec"]
     assert webhook_pod["automountServiceAccountToken"] is False
+
+
+def test_device_plugin_guard_interval_reaches_the_plugin_only(helm: Helm) -> None:
+    """kubeletPlugin.devicePluginCheckInterval (0 turns the coexistence guard off) is the plugin's env, not the controller's."""
+    docs = helm.template(
+        "gpus.fake.profile=h100x8", "kubeletPlugin.devicePluginCheckInterval=0", "controller.enabled=true",
+        "controller.nodeName=node-x",
+    )  # fmt: skip
+    (plugin,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
+    (ctl,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
+    assert env_of(plugin)["DEVICE_PLUGIN_CHECK_INTERVAL"] == "0"
+    assert "DEVICE_PLUGIN_CHECK_INTERVAL" not in env_of(ctl)
 
 
 def test_mig_values_reach_both_daemons(helm: Helm) -> None:
