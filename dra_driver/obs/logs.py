@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
+from typing import TextIO, cast
 
 DEFAULT_CLI_LEVEL = "info"
 
@@ -42,7 +43,8 @@ def configure_logging(level: str = "info", *, json: bool = True) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # PrintLogger only writes and flushes; the proxy is all of a TextIO it uses.
+        logger_factory=structlog.PrintLoggerFactory(file=cast("TextIO", _CurrentStderr())),
         cache_logger_on_first_use=False,
     )
 
@@ -58,6 +60,23 @@ def configure_cli_logging(level: str = DEFAULT_CLI_LEVEL) -> None:
         return
     if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport("structlog", lambda: configure_logging(level)))
+
+
+class _CurrentStderr:
+    """``sys.stderr`` as it is when a line is written, not when logging was configured.
+
+    A command run in-process (a test's captured stderr, a caller's redirect) may replace and close
+    ``sys.stderr`` after it configured logging; later lines then go to whatever stderr is now
+    instead of failing on a closed file.
+    """
+
+    def write(self, text: str) -> int:
+        """Write to the current ``sys.stderr``."""
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        """Flush the current ``sys.stderr``."""
+        sys.stderr.flush()
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
