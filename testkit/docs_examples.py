@@ -53,9 +53,18 @@ def markdown_files(root: Path = REPO) -> list[Path]:
     return found
 
 
+NOT_MANIFESTS = ("demo/kind",)
+"""Folders under demo/ whose YAML is another tool's configuration (kind's cluster config), not objects for the API server."""
+
+
 def demo_manifests(root: Path = REPO) -> list[Path]:
-    """demo/**/*.yaml (and .yml)."""
-    return sorted(p for p in (root / "demo").rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    """demo/**/*.yaml (and .yml), except under ``NOT_MANIFESTS``."""
+    skip = [root / s for s in NOT_MANIFESTS]
+    return sorted(
+        p
+        for p in (root / "demo").rglob("*")
+        if p.suffix in (".yaml", ".yml") and p.is_file() and not any(p.is_relative_to(s) for s in skip)
+    )
 
 
 @cache
