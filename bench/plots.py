@@ -25,6 +25,7 @@ import matplotlib
 
 matplotlib.use("svg")
 import matplotlib.pyplot as plt  # after matplotlib.use: the backend is chosen before pyplot loads
+from matplotlib import ticker
 
 matplotlib.rcParams["svg.hashsalt"] = "dra-gpu"
 matplotlib.rcParams["svg.fonttype"] = "none"
@@ -62,6 +63,8 @@ def peer_latency(body: dict[str, Any], out: Path) -> Path:
         ax.set_title(title)
         ax.set_xlabel("latency per call (ms)")
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())  # 2x10^0, 3x10^0, ... overlapped
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("fraction of calls")
     axes[1].legend(loc="lower right", fontsize="small")
