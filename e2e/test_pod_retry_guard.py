@@ -23,8 +23,8 @@ import pytest
 
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
 from dra_driver.kube.connection import ApiConnection, TokenSource
+from dra_driver.kube.pods_api import KubePodApi
 from e2e.test_helm_install import call, plugin_token, pod_bound_token, wait_policy_enforced
-from kubelet_plugin.waiting_pods import KubePodApi
 from testkit.cluster import K8S_VERSION, LocalCluster, matrix_versions, wait_for_matrix_build
 from testkit.helm_cli import NAMESPACE, PLUGIN, Helm
 

@@ -28,7 +28,6 @@ import datetime
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
-from urllib.parse import quote
 
 import structlog
 
@@ -38,7 +37,6 @@ ANNOTATION = "prepare-retry"
 """The annotation's name, under the driver's name as prefix: ``<driver>/prepare-retry``."""
 MAX_PODS = 256
 """Pods prompted per registration at most (a node runs far fewer GPU pods)."""
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class PodApi(Protocol):
@@ -136,6 +134,8 @@ class RetryPrompter:
         cls, client: Callable[[], Any], get_claim: Callable[[str, str], dict[str, Any]], *, driver: str, node: str
     ) -> RetryPrompter:
         """The plugin's prompter: ``client`` (``ApiLink.wait``) is called on the prompter's thread, once."""
+        from dra_driver.kube.pods_api import KubePodApi  # loaded on the prompter's thread, off the start-up path
+
         return cls(lambda: KubePodApi(client(), get_claim), driver=driver, node=node)
 
     def registered(self) -> None:
@@ -161,28 +161,3 @@ class RetryPrompter:
             except Exception as err:  # noqa: BLE001 - best effort: the kubelet's own resync still comes
                 log.warning("waiting_pods_not_prompted", error=str(err), hint="the chart's kubeletPlugin.retryWaitingPods RBAC")
             self.rounds += 1
-
-
-class KubePodApi:
-    """``PodApi`` over the plugin's API connection (raw JSON, ``dra_driver.kube.rest``)."""
-
-    def __init__(self, conn: Any, get_claim: Callable[[str, str], dict[str, Any]]) -> None:
-        from dra_driver.kube.rest import RestApi  # loaded on the prompter's thread, off the start-up path
-
-        self._rest = RestApi(conn, total_timeout_s=10.0)
-        self._get_claim = get_claim
-
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        """The plugin's own claim reader (``kubelet_plugin.api_link.ApiLink.get_claim``)."""
-        return self._get_claim(namespace, name)
-
-    def pending_pods(self, node: str) -> list[dict[str, Any]]:
-        """``GET /api/v1/pods`` with a field selector: this node's, neither Succeeded nor Failed."""
-        query = [("fieldSelector", f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")]
-        items: list[dict[str, Any]] = self._rest.call("GET", "/api/v1/pods", query=query).get("items") or []
-        return items
-
-    def annotate(self, namespace: str, name: str, key: str, value: str) -> None:
-        """A JSON merge patch of the pod's annotations: one key."""
-        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
-        self._rest.call("PATCH", path, body={"metadata": {"annotations": {key: value}}}, content_type=MERGE_PATCH)
