@@ -124,7 +124,9 @@ class ContainerdNode:
     ``index`` (1..250) picks the node's pod subnet and bridge; give each node of a cluster its
     own. ``images`` are OCI archives imported into containerd's ``k8s.io`` namespace before
     the kubelet starts (the pause image always is). ``workdir`` keeps configs, logs and the
-    node's directories (``workdir/fs``) after ``stop()``.
+    node's directories (``workdir/fs``) after ``stop()``. ``extra_cdi_dirs``: machine paths containerd
+    reads CDI specs from besides ``/var/run/cdi`` (a reboot leaves them, as it leaves a node's
+    ``/etc/cdi``, the other directory of containerd's default list).
     """
 
     def __init__(
@@ -138,6 +140,7 @@ class ContainerdNode:
         feature_gates: Mapping[str, bool] | None = None,
         ready_timeout: float = 90.0,
         verbosity: int = 2,
+        extra_cdi_dirs: Sequence[Path] = (),
     ) -> None:
         if not cluster.pod_network:
             raise ClusterError("ContainerdNode needs LocalCluster(pod_network=True)")
@@ -153,6 +156,7 @@ class ContainerdNode:
         self.fs = self.workdir / "fs"
         self.ready_timeout = ready_timeout
         self.verbosity = verbosity
+        self.cdi_dirs = ["/var/run/cdi", *map(str, extra_cdi_dirs)]
         known = known_gates(self.binaries["kubelet"])
         self.feature_gates = {g: v for g, v in cluster.feature_gates.items() if g in known}
         self.feature_gates.update(feature_gates or {})
@@ -279,18 +283,24 @@ class ContainerdNode:
         self._kubelet = None
 
     def reboot(self) -> str:
-        """Power-cycle the node: every container dies with containerd and the kubelet, what lives
-        in /run (CDI specs, containerd's state, network namespaces) is gone, the boot id is new;
-        then containerd and the kubelet start again (images and /var/lib survive). Returns the
-        new boot id once the Node is Ready again."""
+        """Power-cycle the node (`power_off`), then start containerd and the kubelet again as a boot
+        does. Returns the new boot id once the Node is Ready again."""
+        boot_id = self.power_off()
+        self.start_runtime()
+        self.start_kubelet()
+        return boot_id
+
+    def power_off(self) -> str:
+        """The first half of `reboot`: every container dies with containerd and the kubelet, what
+        lives in /run (CDI specs, containerd's state, network namespaces) is gone, the boot id is
+        new (images and /var/lib survive). Returns the boot id the next boot has; start_runtime()
+        and start_kubelet() boot the node (``bench.reboot_containerd`` starts a plugin between them)."""
         self.stop_kubelet()
         self.stop_runtime()
         for target in RUN_DIRS:
             shutil.rmtree(self.path(target), ignore_errors=True)
         boot_id = str(uuid.uuid4())
         self.boot_id_file.write_text(boot_id + "\n")
-        self.start_runtime()
-        self.start_kubelet()
         return boot_id
 
     def check_alive(self) -> None:
@@ -360,7 +370,7 @@ state = "/run/containerd"
   # This machine denies CAP_SYS_RESOURCE, so no container may get a lower OOM score than
   # containerd's own (the kubelet asks -998 for pod sandboxes).
   restrict_oom_score_adj = true
-  cdi_spec_dirs = ["/var/run/cdi"]
+  cdi_spec_dirs = {json.dumps(self.cdi_dirs)}
   [{cri}.runtime'.containerd]
     default_runtime_name = "runc"
     [{cri}.runtime'.containerd.runtimes.runc]
