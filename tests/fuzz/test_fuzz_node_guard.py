@@ -71,7 +71,7 @@ def test_the_nodes_gpu_resources_read_as_counts_or_a_shape_error_only() -> None:
         assert all(is_device_plugin_resource(k) and isinstance(v, int) and v > 0 for k, v in got.items())
         assert len(conflict_message("node-a", got)) < 2000
 
-    rep = harness.run("node device-plugin resources", inputs(harness.budget(1500), "node-guard-read"), read, (NodeShapeError,))
+    rep = harness.run("node device-plugin resources", inputs(harness.budget(1200), "node-guard-read"), read, (NodeShapeError,))
     harness.assert_clean(rep)
     assert rep.accepted > rep.inputs // 2
 
@@ -124,5 +124,5 @@ def test_the_guard_never_raises_and_never_publishes_on_a_node_it_cannot_read_as_
             assert publisher.calls in ([], [0])  # nothing, or an empty pool
         assert all(len(n.message) < 2000 for n in notices)
 
-    rep = harness.run("node device-plugin guard", inputs(harness.budget(1000), "node-guard-check"), check, ())
+    rep = harness.run("node device-plugin guard", inputs(harness.budget(600), "node-guard-check"), check, ())
     harness.assert_clean(rep)
