@@ -119,7 +119,8 @@ def _resource_version(rule: dict[str, Any], name: str) -> str:
     meta = rule.get("metadata")
     version = meta.get("resourceVersion") if isinstance(meta, dict) else None
     if not isinstance(version, str) or not version or len(version) > 128:
-        raise KubeApiError(200, "InvalidResponse", f"devicetaintrule/{name} as the server answered has no metadata.resourceVersion")
+        what = f"devicetaintrule/{name} as the server answered has no metadata.resourceVersion"
+        raise KubeApiError(200, "InvalidResponse", what)
     return version
 
 

@@ -49,7 +49,7 @@ def slices_seed() -> list[dict[str, Any]]:
     return [
         {
             "metadata": {"name": f"{NODE}-gpu-{g}", "resourceVersion": "5"},
-            "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"name": NODE, "generation": g, "resourceSliceCount": 1}, "devices": devices},
+            "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"name": NODE, "generation": g}, "devices": devices},
         }
         for g in (1, 2)
     ]
@@ -147,7 +147,9 @@ class _Api:
         return rule
 
 
-def test_the_commands_end_in_a_status_never_a_traceback(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_commands_end_in_a_status_never_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     current: list[_Api] = []
     monkeypatch.setattr(taint_rules_api, "connect", lambda kubeconfig: current[-1])
 

@@ -241,7 +241,9 @@ def test_quantity_parsing_follows_apimachinery(text: str, value: float, integer:
     assert q.as_int64() == integer
 
 
-@pytest.mark.parametrize(("text", "integer"), [("1e10000000", None), ("-1e2147483647", None), ("0e999999999", 0), ("9e18", 9 * 10**18)])
+@pytest.mark.parametrize(
+    ("text", "integer"), [("1e10000000", None), ("-1e2147483647", None), ("0e999999999", 0), ("9e18", 9 * 10**18)]
+)
 def test_quantity_as_int64_of_a_huge_exponent_is_bounded_work(text: str, integer: int | None) -> None:
     import time
 
