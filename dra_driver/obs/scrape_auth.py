@@ -117,6 +117,14 @@ def read_token(path: Path) -> bytes:
     return token
 
 
+def _token_stamp(path: Path) -> _Stamp:
+    """The token file's stamp; ScrapeAuthError naming the flag and path when it is missing or cannot be looked at."""
+    try:
+        return _stamp([path])
+    except OSError as err:
+        raise ScrapeAuthError(f"--metrics-token-file {path}: cannot read it: {err.strerror or err}") from None
+
+
 def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
 
@@ -169,7 +177,7 @@ class BearerToken:
         """Read the file now: ScrapeAuthError when it cannot be used (a start-up error)."""
         self.path = path
         self._digest = _Reloaded(
-            lambda: _stamp([path]),
+            lambda: _token_stamp(path),
             lambda: _digest(read_token(path)),
             clock=clock,
             errors=(OSError, ScrapeAuthError),
