@@ -1,4 +1,4 @@
-"""dra_driver.obs.file_reload: a value re-read when its files change, shared by the metrics auth files and the webhook's certificate."""
+"""dra_driver.obs.file_reload: a value re-read when its files change (the metrics auth files, the webhook certificate)."""
 
 from __future__ import annotations
 
