@@ -79,7 +79,7 @@ def claim_names(pod: dict[str, Any]) -> list[str]:
     """The names of the pod's ResourceClaims: direct ones, and those made from templates (status); malformed ones skipped."""
     names = [c.get("resourceClaimName") for c in _objs(_obj(pod.get("spec")).get("resourceClaims"))]
     names += [s.get("resourceClaimName") for s in _objs(_obj(pod.get("status")).get("resourceClaimStatuses"))]
-    return list(dict.fromkeys(n for n in names if _name(n) is not None))
+    return list(dict.fromkeys(n for n in map(_name, names) if n is not None))
 
 
 def waits(pod: dict[str, Any]) -> bool:

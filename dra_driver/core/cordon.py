@@ -15,7 +15,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from dra_driver.core.mig import parse_mig_device_name
 
@@ -149,7 +149,7 @@ def _text(value: object, limit: int = MAX_REASON_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def is_object_name(name: object) -> bool:
+def is_object_name(name: object) -> TypeGuard[str]:
     """Whether ``name`` can name a cluster object (a DNS subdomain of at most 253 characters)."""
     return isinstance(name, str) and 0 < len(name) <= MAX_NAME and _DNS_SUBDOMAIN.fullmatch(name) is not None
 

@@ -143,10 +143,10 @@ def test_malformed_rules_and_slices_are_skipped_never_a_crash() -> None:
     assert others_selecting([{"metadata": {"name": ["x"]}, "spec": {"deviceSelector": None}}], DRIVER, "node-a", "gpu-3") == [
         "(unnamed)"
     ]
-    slices = [
+    slices: list[Any] = [
         {"spec": {"driver": DRIVER, "pool": {"name": "node-a", "generation": "abc"}, "devices": [_dev("gpu-0")]}},
         {"spec": {"driver": DRIVER, "pool": "node-a"}},
-        _slice([_dev("gpu-1"), {"name": "gpu-2\n"}, {"name": ["gpu-3"]}, "gpu-4"]),
+        _slice([_dev("gpu-1"), {"name": "gpu-2\n"}, {"name": ["gpu-3"]}, "gpu-4"]),  # type: ignore[list-item]
     ]
     found = node_devices(slices, DRIVER)
     assert found is not None and [d["name"] for d in found.devices] == ["gpu-1"]

@@ -68,7 +68,7 @@ def test_no_status_or_no_gpu_resource_is_clear(node: dict[str, Any]) -> None:
 )
 def test_odd_quantities_never_hide_a_positive_count(value: object, count: int) -> None:
     # Fail closed: a value no quantity parser reads cannot show the device plugin gone, so it counts as one.
-    got = device_plugin_resources(_node({"nvidia.com/gpu": value}))
+    got = device_plugin_resources({"status": {"allocatable": {"nvidia.com/gpu": value}}})
     assert got == ({"nvidia.com/gpu": count} if count else {})
 
 
@@ -88,7 +88,7 @@ def test_a_node_of_the_wrong_shape_is_a_clear_error_not_a_count(node: Any, what:
 
 def test_odd_keys_are_skipped_and_huge_ones_are_cut_in_messages() -> None:
     long = "nvidia.com/mig-" + "x" * 5000
-    got = device_plugin_resources({"status": {"allocatable": {long: "1", 5: "1", "nvidia.com/gpu": "0"}}})  # type: ignore[dict-item]
+    got = device_plugin_resources({"status": {"allocatable": {long: "1", 5: "1", "nvidia.com/gpu": "0"}}})
     assert got == {long: 1}
     many = {f"nvidia.com/mig-{i}g": 1 for i in range(20)}
     for text in (conflict_message("node-a", got), conflict_message("node-a", many)):

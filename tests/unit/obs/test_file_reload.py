@@ -46,7 +46,8 @@ def test_start_up_errors_are_raised(tmp_path: Path) -> None:
 
 
 def test_a_change_is_read_after_the_interval_and_a_bad_one_keeps_the_last_value(tmp_path: Path) -> None:
-    path, clock, every, events = tmp_path / "f", Clock(), [5.0], []
+    path, clock, every = tmp_path / "f", Clock(), [5.0]
+    events: list[str] = []
     path.write_text("one")
     value = _reloaded(path, clock, every, events)
     assert value.current() == "one"
