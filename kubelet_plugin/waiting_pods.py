@@ -25,6 +25,7 @@ Started by ``kubelet_plugin.main`` (``--retry-waiting-pods``, default true); wok
 from __future__ import annotations
 
 import datetime
+import re
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -37,6 +38,8 @@ ANNOTATION = "prepare-retry"
 """The annotation's name, under the driver's name as prefix: ``<driver>/prepare-retry``."""
 MAX_PODS = 256
 """Pods prompted per registration at most (a node runs far fewer GPU pods)."""
+_MAX_NAME = 253
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class PodApi(Protocol):
@@ -55,13 +58,28 @@ class PodApi(Protocol):
         ...
 
 
+def _obj(value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a malformed field reads as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _objs(value: object) -> list[dict[str, Any]]:
+    """The objects of a JSON list (anything else in it, or a value that is no list, reads as absent)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _name(value: object) -> str | None:
+    """``value`` if it can be an object's name or namespace (a DNS subdomain), else None."""
+    if isinstance(value, str) and 0 < len(value) <= _MAX_NAME and _DNS_SUBDOMAIN.fullmatch(value):
+        return value
+    return None
+
+
 def claim_names(pod: dict[str, Any]) -> list[str]:
-    """The names of the pod's ResourceClaims: direct ones, and those made from templates (status)."""
-    names = [c["resourceClaimName"] for c in pod.get("spec", {}).get("resourceClaims") or [] if c.get("resourceClaimName")]
-    names += [
-        s["resourceClaimName"] for s in pod.get("status", {}).get("resourceClaimStatuses") or [] if s.get("resourceClaimName")
-    ]
-    return list(dict.fromkeys(names))
+    """The names of the pod's ResourceClaims: direct ones, and those made from templates (status); malformed ones skipped."""
+    names = [c.get("resourceClaimName") for c in _objs(_obj(pod.get("spec")).get("resourceClaims"))]
+    names += [s.get("resourceClaimName") for s in _objs(_obj(pod.get("status")).get("resourceClaimStatuses"))]
+    return list(dict.fromkeys(n for n in map(_name, names) if n is not None))
 
 
 def waits(pod: dict[str, Any]) -> bool:
@@ -69,48 +87,59 @@ def waits(pod: dict[str, Any]) -> bool:
 
     After a reboot a pod that ran keeps its phase Running while the kubelet starts it again.
     """
-    meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
+    meta, spec, status = _obj(pod.get("metadata")), _obj(pod.get("spec")), _obj(pod.get("status"))
     if meta.get("deletionTimestamp") or not spec.get("resourceClaims"):
         return False
     phase = status.get("phase")
     if phase == "Pending":
         return True
     containers = status.get("containerStatuses") or []
-    return phase == "Running" and (not containers or not all("running" in (c.get("state") or {}) for c in containers))
+    if not isinstance(containers, list):
+        return False  # unreadable: not known to wait
+    return phase == "Running" and (not containers or not all("running" in _obj(_obj(c).get("state")) for c in containers))
 
 
 def uses_driver(claim: dict[str, Any], driver: str, node: str) -> bool:
     """The claim has a device of ``driver`` allocated from this node's pool."""
-    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+    results = _objs(_obj(_obj(_obj(claim.get("status")).get("allocation")).get("devices")).get("results"))
     return any(r.get("driver") == driver and r.get("pool") == node for r in results)
 
 
 def prompt_waiting_pods(api: PodApi, *, driver: str, node: str, now: Callable[[], str] | None = None) -> list[str]:
-    """Annotate the node's waiting pods with a claim of ``driver``; return them (``namespace/name``). Raises API errors."""
+    """Annotate the node's waiting pods with a claim of ``driver``; return them (``namespace/name``). Raises API errors.
+
+    A pod of another node (``spec.nodeName``), or one without a readable name and namespace, is skipped.
+    """
     stamp = (now or _utc_now)()
     done: list[str] = []
-    for pod in _ours(api, api.pending_pods(node), driver, node):
-        meta = pod["metadata"]
-        api.annotate(meta["namespace"], meta["name"], f"{driver}/{ANNOTATION}", stamp)
-        done.append(f"{meta['namespace']}/{meta['name']}")
+    pods = api.pending_pods(node)
+    for namespace, name in _ours(api, pods if isinstance(pods, list) else [], driver, node):
+        api.annotate(namespace, name, f"{driver}/{ANNOTATION}", stamp)
+        done.append(f"{namespace}/{name}")
         if len(done) >= MAX_PODS:
             break
     return done
 
 
-def _ours(api: PodApi, pods: Iterable[dict[str, Any]], driver: str, node: str) -> Iterable[dict[str, Any]]:
+def _ours(api: PodApi, pods: Iterable[object], driver: str, node: str) -> Iterable[tuple[str, str]]:
+    """``(namespace, name)`` of each pod of ``node`` that waits on a claim of ``driver``, each once."""
+    seen: set[tuple[str, str]] = set()
     for pod in pods:
-        if not waits(pod):
+        if not isinstance(pod, dict) or _obj(pod.get("spec")).get("nodeName") != node or not waits(pod):
             continue
-        namespace = pod["metadata"]["namespace"]
+        meta = _obj(pod.get("metadata"))
+        namespace, pod_name = _name(meta.get("namespace")), _name(meta.get("name"))
+        if namespace is None or pod_name is None or (namespace, pod_name) in seen:
+            continue
         for name in claim_names(pod):
             try:
                 claim = api.get_claim(namespace, name)
             except Exception as err:  # noqa: BLE001 - a claim not created yet, or gone: that pod waits as before
                 log.debug("waiting_pod_claim_unreadable", claim=f"{namespace}/{name}", error=str(err))
                 continue
-            if uses_driver(claim, driver, node):
-                yield pod
+            if isinstance(claim, dict) and uses_driver(claim, driver, node):
+                seen.add((namespace, pod_name))
+                yield namespace, pod_name
                 break
 
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import threading
 import time
 from dataclasses import replace
 from http import HTTPStatus
@@ -52,6 +51,7 @@ from typing import Any, Final, Protocol
 
 import structlog
 
+from dra_driver.obs.file_reload import Reloaded, stamp_of
 from dra_driver.obs.http_server import HttpServer, ServerStats
 from dra_driver.obs.http_types import Limits, Request, RequestHead, Response, text
 from webhook.admission import VALIDATE_PATH, BadReview, Verdict, review
@@ -115,18 +115,20 @@ class ReviewMetrics(Protocol):
 
 
 class TlsFiles:
-    """A server-side SSL context from a certificate and key file, reloaded when the files change."""
+    """A server-side SSL context from a certificate and key file, reloaded when they change (``dra_driver.obs.file_reload``)."""
 
     def __init__(self, cert_file: Path, key_file: Path) -> None:
+        """Load the pair now: OSError or ssl.SSLError when it cannot be used (at start a bad pair is fatal)."""
         self.cert_file, self.key_file = cert_file, key_file
-        self._lock = threading.Lock()
-        self._stamp = self._files_stamp()
-        self._context = self._load()  # at start a bad pair is fatal: raise
-        self._checked = time.monotonic()
-
-    def _files_stamp(self) -> tuple[tuple[int, int, int], ...]:
-        stats = (f.stat() for f in (self.cert_file, self.key_file))
-        return tuple((s.st_ino, s.st_mtime_ns, s.st_size) for s in stats)
+        self._context = Reloaded(
+            lambda: stamp_of((self.cert_file, self.key_file)),
+            self._load,
+            every_s=lambda: RELOAD_CHECK_S,
+            clock=time.monotonic,
+            errors=(OSError, ssl.SSLError),
+            reloaded=lambda: log.info("tls_certificate_reloaded", cert_file=str(self.cert_file)),
+            failed=lambda err: log.warning("tls_certificate_reload_failed", error=str(err), cert_file=str(self.cert_file)),
+        )
 
     def _load(self) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -136,19 +138,7 @@ class TlsFiles:
 
     def context(self) -> ssl.SSLContext:
         """The current context; reloads (at most every RELOAD_CHECK_S) when either file changed."""
-        with self._lock:
-            now = time.monotonic()
-            if now - self._checked < RELOAD_CHECK_S:
-                return self._context
-            self._checked = now
-            try:
-                stamp = self._files_stamp()
-                if stamp != self._stamp:
-                    self._context, self._stamp = self._load(), stamp
-                    log.info("tls_certificate_reloaded", cert_file=str(self.cert_file))
-            except (OSError, ssl.SSLError) as err:
-                log.warning("tls_certificate_reload_failed", error=str(err), cert_file=str(self.cert_file))
-            return self._context
+        return self._context.current()
 
 
 class WebhookServer:

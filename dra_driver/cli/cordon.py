@@ -18,7 +18,7 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dra_driver.cli.kubeconfig import default_kubeconfig
 from dra_driver.core.cordon import (
@@ -102,7 +102,7 @@ def _apply(api: KubeTaintRuleApi, version: str, c: Cordon) -> dict[str, list[str
                 elif same_rule(want, have):
                     done["unchanged"].append(name)
                 else:
-                    meta = {**want["metadata"], "resourceVersion": have["metadata"]["resourceVersion"]}
+                    meta = {**want["metadata"], "resourceVersion": _resource_version(have, name)}
                     api.replace_rule(version, {**want, "metadata": meta})
                     done["updated"].append(name)
                 break
@@ -110,6 +110,18 @@ def _apply(api: KubeTaintRuleApi, version: str, c: Cordon) -> dict[str, list[str
                 if not err.conflict or attempt == 2:
                     raise
     return done
+
+
+def _resource_version(rule: dict[str, Any], name: str) -> str:
+    """The stored rule's ``metadata.resourceVersion`` (a replace's guard); KubeApiError when the answer has none."""
+    from dra_driver.kube.taint_rules_api import KubeApiError
+
+    meta = rule.get("metadata")
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    if not isinstance(version, str) or not version or len(version) > 128:
+        what = f"devicetaintrule/{name} as the server answered has no metadata.resourceVersion"
+        raise KubeApiError(200, "InvalidResponse", what)
+    return version
 
 
 def _guarded(cmd: str, work: Callable[[argparse.Namespace], tuple[list[str], list[str]]], args: argparse.Namespace) -> int:

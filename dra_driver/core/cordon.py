@@ -15,7 +15,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from dra_driver.core.mig import parse_mig_device_name
 
@@ -56,14 +56,14 @@ def gpu_annotation(driver: str) -> str:
 
 def validate_node(node: str) -> str:
     """``node`` if it can be a Node's name (a DNS subdomain of at most 253 characters); CordonError otherwise."""
-    if not node or len(node) > MAX_NAME or not _DNS_SUBDOMAIN.match(node):
+    if not node or len(node) > MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(node):
         raise CordonError(f"node {node!r} is not a valid node name (a lower-case DNS subdomain of at most 253 characters)")
     return node
 
 
 def validate_device(device: str) -> str:
     """``device`` if it can be a published device's name (a DNS label); CordonError otherwise."""
-    if not device or len(device) > 63 or not _DNS_LABEL.match(device):
+    if not device or len(device) > 63 or not _DNS_LABEL.fullmatch(device):
         raise CordonError(f"device {device!r} is not a valid device name (a DNS label such as gpu-3)")
     return device
 
@@ -135,13 +135,32 @@ def rule_for(c: Cordon, device: str) -> dict[str, Any]:
     }
 
 
+def _obj(value: object) -> Mapping[str, Any]:
+    """``value`` if it is a JSON object, else an empty one: a malformed field reads as absent."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: object, limit: int = MAX_REASON_CHARS) -> str:
+    """A string field as one printable line of at most ``limit`` characters ("" for anything else): safe to print."""
+    if not isinstance(value, str):
+        return ""
+    text = value[: limit + 1]
+    text = text if text.isprintable() else "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def is_object_name(name: object) -> TypeGuard[str]:
+    """Whether ``name`` can name a cluster object (a DNS subdomain of at most 253 characters)."""
+    return isinstance(name, str) and 0 < len(name) <= MAX_NAME and _DNS_SUBDOMAIN.fullmatch(name) is not None
+
+
 def same_rule(want: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
     """Whether the stored rule ``have`` already says what ``want`` says (selector, taint, reason)."""
-    w_spec, h_spec = want.get("spec") or {}, have.get("spec") or {}
-    h_taint = dict(h_spec.get("taint") or {})
+    w_spec, h_spec = _obj(want.get("spec")), _obj(have.get("spec"))
+    h_taint = dict(_obj(h_spec.get("taint")))
     h_taint.pop("timeAdded", None)
-    w_notes = (want.get("metadata") or {}).get("annotations") or {}
-    h_notes = (have.get("metadata") or {}).get("annotations") or {}
+    w_notes = _obj(_obj(want.get("metadata")).get("annotations"))
+    h_notes = _obj(_obj(have.get("metadata")).get("annotations"))
     return (
         w_spec.get("deviceSelector") == h_spec.get("deviceSelector")
         and w_spec.get("taint") == h_taint
@@ -149,10 +168,11 @@ def same_rule(want: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
     )
 
 
-def _attr(device: Mapping[str, Any], name: str, driver: str) -> Any:
-    attrs = device.get("attributes") or {}
-    got = attrs.get(name) or attrs.get(f"{driver}/{name}") or {}
-    return got.get("string") if isinstance(got, dict) else None
+def _attr(device: Mapping[str, Any], name: str, driver: str) -> str | None:
+    attrs = _obj(device.get("attributes"))
+    got = _obj(attrs.get(name) or attrs.get(f"{driver}/{name}"))
+    value = got.get("string")
+    return value if isinstance(value, str) and value else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,24 +183,38 @@ class NodeDevices:
     devices: tuple[Mapping[str, Any], ...]
 
 
+def _pool_of(s: object, driver: str) -> tuple[str, int, list[Any]] | None:
+    """A slice's pool name, generation and device list; None when it is not ``driver``'s or cannot be read."""
+    spec = _obj(s.get("spec")) if isinstance(s, Mapping) else {}
+    pool = _obj(spec.get("pool"))
+    name, gen, devices = pool.get("name"), pool.get("generation", 0), spec.get("devices") or []
+    if spec.get("driver") != driver or not is_object_name(name) or not isinstance(devices, list):
+        return None
+    if gen is None:
+        gen = 0
+    if isinstance(gen, bool) or not isinstance(gen, int) or not 0 <= gen <= 2**63 - 1:
+        return None
+    return name, gen, devices
+
+
 def node_devices(slices: Iterable[Mapping[str, Any]], driver: str) -> NodeDevices | None:
-    """The pool and devices of a node's ResourceSlices of ``driver`` (one pool per node); None when there are none."""
+    """The pool and devices of a node's ResourceSlices of ``driver`` (one pool per node); None when there are none.
+
+    A slice whose pool cannot be read is skipped, and so is a device without a valid name.
+    """
+    pools = [p for p in (_pool_of(s, driver) for s in slices) if p is not None]
     newest: dict[str, int] = {}
-    mine = [s for s in slices if (s.get("spec") or {}).get("driver") == driver]
-    for s in mine:
-        pool = (s.get("spec") or {}).get("pool") or {}
-        name, gen = str(pool.get("name", "")), int(pool.get("generation", 0) or 0)
+    for name, gen, _ in pools:
         newest[name] = max(newest.get(name, gen), gen)
     if not newest:
         return None
     pool_name = sorted(newest)[0]
     devices = [
         d
-        for s in mine
-        if ((s.get("spec") or {}).get("pool") or {}).get("name") == pool_name
-        and int(((s.get("spec") or {}).get("pool") or {}).get("generation", 0) or 0) == newest[pool_name]
-        for d in (s.get("spec") or {}).get("devices") or []
-        if isinstance(d, dict) and d.get("name")
+        for name, gen, listed in pools
+        if name == pool_name and gen == newest[pool_name]
+        for d in listed
+        if isinstance(d, Mapping) and isinstance(d.get("name"), str) and len(d["name"]) <= 63 and _DNS_LABEL.fullmatch(d["name"])
     ]
     return NodeDevices(pool_name, tuple(devices))
 
@@ -223,24 +257,26 @@ def cordoned_devices(rules: Iterable[Mapping[str, Any]], driver: str | None = No
     """The devices dra-gpu's cordon rules (of ``driver``; None: any) select, sorted by pool and device; others' rules ignored."""
     out = []
     for r in rules:
-        meta, spec = r.get("metadata") or {}, r.get("spec") or {}
-        sel, taint = spec.get("deviceSelector") or {}, spec.get("taint") or {}
-        rule_driver = str(sel.get("driver") or "")
-        if (meta.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY or driver not in (None, rule_driver):
+        meta, spec = _obj(_obj(r).get("metadata")), _obj(_obj(r).get("spec"))
+        sel, taint = _obj(spec.get("deviceSelector")), _obj(spec.get("taint"))
+        rule_driver = sel.get("driver")
+        if _obj(meta.get("labels")).get(MANAGED_BY_LABEL) != MANAGED_BY or not isinstance(rule_driver, str):
             continue
-        if taint.get("key") != taint_key(rule_driver):
+        if driver not in (None, rule_driver) or taint.get("key") != taint_key(rule_driver):
             continue
-        notes = meta.get("annotations") or {}
-        device = str(sel.get("device") or "")
+        if not is_object_name(meta.get("name")):
+            continue  # a rule that cannot be named cannot be deleted either (an empty name is the whole collection)
+        notes = _obj(meta.get("annotations"))
+        device = _text(sel.get("device"), MAX_NAME)
         out.append(
             CordonedDevice(
-                rule=str(meta.get("name", "")),
-                driver=rule_driver,
-                pool=str(sel.get("pool") or ""),
+                rule=meta["name"],
+                driver=_text(rule_driver, MAX_NAME),
+                pool=_text(sel.get("pool"), MAX_NAME),
                 device=device,
-                cordoned_as=str(notes.get(gpu_annotation(rule_driver)) or device),
-                effect=str(taint.get("effect", "")),
-                reason=str(notes.get(reason_annotation(rule_driver)) or taint.get("value") or ""),
+                cordoned_as=_text(notes.get(gpu_annotation(rule_driver)), MAX_NAME) or device,
+                effect=_text(taint.get("effect"), 32),
+                reason=_text(notes.get(reason_annotation(rule_driver))) or _text(taint.get("value")),
             )
         )
     return sorted(out, key=lambda c: (c.pool, c.device))
@@ -250,11 +286,11 @@ def others_selecting(rules: Iterable[Mapping[str, Any]], driver: str, pool: str,
     """Names of the rules not made by ``dra-gpu cordon`` that select ``device`` (an unset selector field matches any)."""
     names = []
     for r in rules:
-        meta, spec = r.get("metadata") or {}, r.get("spec") or {}
-        if (meta.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY:
+        meta, spec = _obj(_obj(r).get("metadata")), _obj(_obj(r).get("spec"))
+        if _obj(meta.get("labels")).get(MANAGED_BY_LABEL) == MANAGED_BY:
             continue
-        sel = spec.get("deviceSelector") or {}
+        sel = _obj(spec.get("deviceSelector"))
         wanted = {"driver": driver, "pool": pool, "device": device}
         if all(not sel.get(k) or sel.get(k) == v for k, v in wanted.items()):
-            names.append(str(meta.get("name", "")))
+            names.append(_text(meta.get("name"), MAX_NAME) or "(unnamed)")
     return sorted(names)

@@ -24,6 +24,12 @@ from dra_driver.core.quantity import QuantityError, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+_MAX_QUANTITY = 64
+"""A longer quantity string is no count the kubelet writes (and is not parsed): it counts as present."""
+_DESCRIBED = 8
+"""Resources named in a message at most (the rest are counted)."""
+_NAME_CHARS = 80
+"""A resource name longer than this is cut in messages (a valid one has at most 63 after its prefix)."""
 
 
 def is_device_plugin_resource(name: str) -> bool:
@@ -32,25 +38,54 @@ def is_device_plugin_resource(name: str) -> bool:
 
 
 def _count(value: object) -> int:
-    """A device count from a quantity string; 0 for anything that is not a positive number."""
+    """A device count from a quantity; 0 for a number at or below 0, and 1 for anything unreadable (fail closed).
+
+    The kubelet writes decimal counts; a value no quantity parser reads (a wrong type, garbage, an
+    absurdly long string) cannot show that the device plugin is gone, so it counts as one device.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return 1
+    text = str(value) if isinstance(value, str) or abs(value) < 10**_MAX_QUANTITY else ""
+    if not text or len(text) > _MAX_QUANTITY:
+        return 1
     try:
-        q = parse_quantity(str(value))
-    except QuantityError:
-        return 0
+        q = parse_quantity(text)
+    except (QuantityError, ValueError):
+        return 1
     if q.sign() <= 0:
         return 0
     return q.as_int64() or 1  # a positive count the kubelet never writes (fractions, huge): still a conflict
 
 
+class NodeShapeError(ValueError):
+    """A Node whose status or resource maps are no objects: whether a device plugin serves GPUs is unknown."""
+
+
+def _resource_map(status: Mapping[str, Any], field_name: str) -> Mapping[str, Any]:
+    value = status.get(field_name)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise NodeShapeError(f"the Node's status.{field_name} is a {type(value).__name__}, not a map of resources")
+    return value
+
+
 def device_plugin_resources(node: Mapping[str, Any]) -> dict[str, int]:
-    """The device plugin's GPU resources above 0 on ``node`` (a Node as JSON): name -> allocatable count."""
-    status = node.get("status") or {}
-    allocatable = status.get("allocatable") or {}
-    capacity = status.get("capacity") or {}
+    """The device plugin's GPU resources above 0 on ``node`` (a Node as JSON): name -> allocatable count.
+
+    A value that is no readable quantity counts as 1 (fail closed); NodeShapeError when the Node,
+    its status or a resource map is no object (the guard then keeps its last decision).
+    """
+    if not isinstance(node, Mapping):
+        raise NodeShapeError(f"the Node is a {type(node).__name__}, not an object")
+    status = node.get("status")
+    if status is None:
+        return {}
+    if not isinstance(status, Mapping):
+        raise NodeShapeError(f"the Node's status is a {type(status).__name__}, not an object")
+    allocatable, capacity = _resource_map(status, "allocatable"), _resource_map(status, "capacity")
     out: dict[str, int] = {}
-    for name in sorted({*allocatable, *capacity}):
-        if not is_device_plugin_resource(name):
-            continue
+    for name in sorted(n for n in {*allocatable, *capacity} if isinstance(n, str) and is_device_plugin_resource(n)):
         count = _count(allocatable[name] if name in allocatable else capacity[name])
         if count > 0:
             out[name] = count
@@ -107,7 +142,13 @@ def decide(previous: GuardDecision, observed: Mapping[str, int] | None) -> tuple
 
 def describe(resources: Mapping[str, int]) -> str:
     """``nvidia.com/gpu=8, nvidia.com/mig-1g.10gb=2``."""
-    return ", ".join(f"{name}={count}" for name, count in sorted(resources.items()))
+    items = sorted(resources.items())
+    text = ", ".join(f"{_short(name)}={count}" for name, count in items[:_DESCRIBED])
+    return text + (f" (and {len(items) - _DESCRIBED} more)" if len(items) > _DESCRIBED else "")
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= _NAME_CHARS else name[:_NAME_CHARS] + "..."
 
 
 def conflict_message(node: str, resources: Mapping[str, int]) -> str:

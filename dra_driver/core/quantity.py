@@ -94,6 +94,10 @@ class Quantity:
         """The ``AsInt64`` of apimachinery: only the int64 form with a non-negative scale converts."""
         if not self.small or self.exp < 0:
             return None
+        if self.unscaled == 0:
+            return 0
+        if self.magnitude() > len(str(_INT64_MAX)):  # beyond int64 without building 10**exp (an exponent can be 2**31)
+            return None
         v = self.unscaled * 10**self.exp
         return v if _INT64_MIN <= v <= _INT64_MAX else None
 

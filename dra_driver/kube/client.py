@@ -12,6 +12,10 @@ client is ~20 MiB and ~0.5 s of start-up for a process that makes a handful of r
   ``client-certificate(-data)``, ``client-key(-data)``, ``token`` and ``tokenFile``. Relative paths
   are relative to the kubeconfig's directory, as kubectl reads them.
 
+A plain ``http://`` server is refused (``KubeConfigError`` naming the kubeconfig and the server)
+unless its cluster sets ``insecure-skip-tls-verify: true``; then it is spoken to in plain HTTP,
+never dialled with TLS.
+
 A kubeconfig that needs more (an ``exec`` credential plugin, an ``auth-provider``, a user name and
 password: what laptops running ``dra-gpu explain`` often have) is loaded by the ``kubernetes``
 package's loader instead, whose refreshing token then goes with each request. Every failure is a
@@ -26,6 +30,7 @@ import os
 import ssl
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from dra_driver.kube.connection import ApiConnection, TokenSource
 
@@ -105,9 +110,11 @@ def _from_kubeconfig(path: Path) -> ApiConnection:
     server = str(cluster.get("server") or "")
     if not server:
         raise KubeConfigError(f"kubeconfig {path}: cluster {context.get('cluster')!r} has no server")
+    where = f"cluster {context.get('cluster')!r}"
+    plain = _plain_http(path, where, server, insecure=bool(cluster.get("insecure-skip-tls-verify")))
     base = path.parent
     try:
-        ctx = _tls_context(cluster, user, base)
+        ctx = None if plain else _tls_context(cluster, user, base)
         token = _token(user, base)
         return ApiConnection(
             server,
@@ -118,6 +125,25 @@ def _from_kubeconfig(path: Path) -> ApiConnection:
         )
     except (OSError, ValueError, ssl.SSLError, binascii.Error) as err:
         raise KubeConfigError(f"kubeconfig {path}: {err}") from err
+
+
+def _plain_http(path: Path, where: str, server: str, *, insecure: bool) -> bool:
+    """Whether ``server`` is a plain ``http://`` one, allowed; KubeConfigError unless the cluster says it is insecure.
+
+    The Kubernetes API over plain HTTP is for local test servers and ``kubectl proxy``: the token
+    and every object cross the wire in clear, and nothing proves which server answers. So it is
+    refused, naming the kubeconfig and the server, unless the cluster entry opts out of
+    verification explicitly (``insecure-skip-tls-verify: true``); never dialled with TLS.
+    """
+    if urlsplit(server).scheme != "http":
+        return False
+    if not insecure:
+        raise KubeConfigError(
+            f"kubeconfig {path}: {where} has server {server!r}, plain http: the token and objects would "
+            "cross the wire in clear to a server nothing verifies. Use its https:// address, or, for a local test "
+            "server or kubectl proxy only, set insecure-skip-tls-verify: true on the cluster to accept plain http"
+        )
+    return True
 
 
 def _resolve(base: Path, value: Any) -> Path:
@@ -193,6 +219,8 @@ def _via_kubernetes_package(path: Path) -> ApiConnection:
         config.load_kube_config(config_file=str(path), client_configuration=cfg, persist_config=False)  # type: ignore[no-untyped-call]
     except (config.ConfigException, OSError, ValueError) as err:
         raise KubeConfigError(f"kubeconfig {path}: {err}") from err
+    if _plain_http(path, "the current context's cluster", str(cfg.host), insecure=not cfg.verify_ssl):
+        return ApiConnection(str(cfg.host), token=TokenSource(refresh=lambda: _auth_header(cfg)), proxy=cfg.proxy or None)
     ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
     if not cfg.verify_ssl:
         ctx.check_hostname = False
@@ -200,18 +228,19 @@ def _via_kubernetes_package(path: Path) -> ApiConnection:
     if cfg.cert_file and cfg.key_file:
         ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
 
-    def header() -> str:
-        """The token as the package's own client would send it (its refresh hook runs exec plugins again)."""
-        bearer = cfg.auth_settings().get("BearerToken")
-        if bearer and bearer.get("value"):
-            return str(bearer["value"])
-        basic = cfg.get_basic_auth_token() if cfg.username or cfg.password else None
-        return str(basic) if basic else ""
-
     return ApiConnection(
         str(cfg.host),
         ssl_context=ctx,
-        token=TokenSource(refresh=header),
+        token=TokenSource(refresh=lambda: _auth_header(cfg)),
         tls_server_name=str(getattr(cfg, "tls_server_name", "") or ""),
         proxy=cfg.proxy or None,
     )
+
+
+def _auth_header(cfg: Any) -> str:
+    """The token as the ``kubernetes`` package's own client would send it (its refresh hook runs exec plugins again)."""
+    bearer = cfg.auth_settings().get("BearerToken")
+    if bearer and bearer.get("value"):
+        return str(bearer["value"])
+    basic = cfg.get_basic_auth_token() if cfg.username or cfg.password else None
+    return str(basic) if basic else ""

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from dra_driver.kube.rest import RestApi
+from dra_driver.kube.rest import RestApi, list_page
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -27,10 +27,9 @@ class KubePodApi:
         return self._get_claim(namespace, name)
 
     def pending_pods(self, node: str) -> list[dict[str, Any]]:
-        """``GET /api/v1/pods`` with a field selector: this node's, neither Succeeded nor Failed."""
+        """``GET /api/v1/pods`` with a field selector: this node's, neither Succeeded nor Failed (the objects of the list)."""
         query = [("fieldSelector", f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")]
-        items: list[dict[str, Any]] = self._rest.call("GET", "/api/v1/pods", query=query).get("items") or []
-        return items
+        return list_page(self._rest.call("GET", "/api/v1/pods", query=query), "Pod")[0]  # KubeApiError if no list
 
     def annotate(self, namespace: str, name: str, key: str, value: str) -> None:
         """A JSON merge patch of the pod's annotations: one key."""

@@ -44,9 +44,10 @@ class KubeTaintRuleApi(KubeSliceApi):
     def server_version_text(self) -> str:
         """The server's ``gitVersion`` (e.g. v1.36.3), or ``unknown``."""
         try:
-            return str(self._json("GET", "/version").get("gitVersion") or "unknown")
+            text = self._json("GET", "/version").get("gitVersion")
         except KubeApiError:
             return "unknown"
+        return text if isinstance(text, str) and 0 < len(text) <= 64 and text.isprintable() else "unknown"
 
     def node_exists(self, node: str) -> bool | None:
         """Whether Node ``node`` exists; None when the caller may not read Nodes (the platform-admin role may not)."""

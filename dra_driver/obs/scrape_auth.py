@@ -25,14 +25,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ssl
-import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol
 
 import structlog
+
+from dra_driver.obs.file_reload import Reloaded, Stamp, stamp_of
 
 log = structlog.get_logger(__name__)
 
@@ -88,16 +89,6 @@ NO_SCRAPE_AUTH = ScrapeAuthConfig()
 """No authentication: the settings' default."""
 
 
-_Stamp = tuple[tuple[int, int, int], ...]
-"""(inode, modification time, size) of each file: what changes when a file is rewritten or replaced."""
-_V = TypeVar("_V")
-
-
-def _stamp(paths: Iterable[Path]) -> _Stamp:
-    stats = [p.stat() for p in paths]
-    return tuple((s.st_ino, s.st_mtime_ns, s.st_size) for s in stats)
-
-
 def read_token(path: Path) -> bytes:
     """The token ``path`` holds, whitespace stripped; ScrapeAuthError when unreadable, empty or not a bearer token."""
     try:
@@ -117,49 +108,16 @@ def read_token(path: Path) -> bytes:
     return token
 
 
+def _token_stamp(path: Path) -> Stamp:
+    """The token file's stamp; ScrapeAuthError naming the flag and path when it is missing or cannot be looked at."""
+    try:
+        return stamp_of([path])
+    except OSError as err:
+        raise ScrapeAuthError(f"--metrics-token-file {path}: cannot read it: {err.strerror or err}") from None
+
+
 def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
-
-
-class _Reloaded(Generic[_V]):
-    """A value read from files, re-read when their stamp changes (looked at most every ``RELOAD_CHECK_S``).
-
-    ``stamp`` and ``load`` run now (their errors are start-up errors); later, a re-read that raises
-    one of ``errors`` keeps the last value and calls ``failed``; a successful one calls ``reloaded``.
-    """
-
-    def __init__(
-        self,
-        stamp: Callable[[], _Stamp],
-        load: Callable[[], _V],
-        *,
-        clock: Callable[[], float],
-        errors: tuple[type[Exception], ...],
-        reloaded: Callable[[], None],
-        failed: Callable[[Exception], None],
-    ) -> None:
-        self._stamp_of, self._load, self._clock = stamp, load, clock
-        self._errors, self._reloaded, self._failed = errors, reloaded, failed
-        self._lock = threading.Lock()
-        self._stamp = stamp()
-        self.value = load()
-        self._checked = clock()
-
-    def current(self) -> _V:
-        """The value of the files as they are now, or the last one read."""
-        with self._lock:
-            now = self._clock()
-            if now - self._checked < RELOAD_CHECK_S:
-                return self.value
-            self._checked = now
-            try:
-                stamp = self._stamp_of()
-                if stamp != self._stamp:
-                    self.value, self._stamp = self._load(), stamp
-                    self._reloaded()
-            except self._errors as err:
-                self._failed(err)
-            return self.value
 
 
 class BearerToken:
@@ -168,9 +126,10 @@ class BearerToken:
     def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
         """Read the file now: ScrapeAuthError when it cannot be used (a start-up error)."""
         self.path = path
-        self._digest = _Reloaded(
-            lambda: _stamp([path]),
+        self._digest = Reloaded(
+            lambda: _token_stamp(path),
             lambda: _digest(read_token(path)),
+            every_s=lambda: RELOAD_CHECK_S,
             clock=clock,
             errors=(OSError, ScrapeAuthError),
             reloaded=lambda: log.info("metrics_token_reloaded", token_file=str(path)),
@@ -205,9 +164,10 @@ class ServerTls:
     ) -> None:
         """Load the files now: ScrapeAuthError naming them when they cannot be used (a start-up error)."""
         self.cert_file, self.key_file, self.client_ca_file = cert_file, key_file, client_ca_file
-        self._contexts = _Reloaded(
+        self._contexts = Reloaded(
             self._files_stamp,
             self._load,
+            every_s=lambda: RELOAD_CHECK_S,
             clock=clock,
             errors=(ScrapeAuthError,),
             reloaded=lambda: log.info("metrics_tls_reloaded", cert_file=str(self.cert_file)),
@@ -220,9 +180,9 @@ class ServerTls:
     def _paths(self) -> list[Path]:
         return [p for p in (self.cert_file, self.key_file, self.client_ca_file) if p is not None]
 
-    def _files_stamp(self) -> tuple[tuple[int, int, int], ...]:
+    def _files_stamp(self) -> Stamp:
         try:
-            return _stamp(self._paths())
+            return stamp_of(self._paths())
         except OSError as err:
             raise ScrapeAuthError(f"metrics TLS files: {err.filename}: {err.strerror or err}") from None
 

@@ -171,7 +171,7 @@ def _script(script: str, args: list[str]) -> Callable[[_Run, dict[str, Any]], No
 
 
 def _apiserver(run: _Run, rec: dict[str, Any]) -> None:
-    if shutil.which("openssl") is None:  # dra-gpu dials a kubeconfig's server with TLS whatever its scheme
+    if shutil.which("openssl") is None:  # dra-gpu refuses a plain-http kubeconfig server unless it is marked insecure
         raise StepFailed("openssl is not on PATH: it makes the stand-in API server's certificate")
     run.server = StandInApiServer(tls_dir=run.opts.out / "run" / "tls")
     run.server.start()

@@ -162,7 +162,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
     metrics = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
     threading.Thread(target=metrics.serve_forever, daemon=True).start()
-    server = StandInApiServer(tls_dir=base / "tls")  # HTTPS, as a kubeconfig's server always is to dra-gpu
+    server = StandInApiServer(tls_dir=base / "tls")  # HTTPS: dra-gpu refuses a plain-http server not marked insecure
     server.start()
     server.put("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}})
     for s in slices:

@@ -113,3 +113,43 @@ def test_the_plugins_tenant_labels_are_off_unless_asked(monkeypatch: pytest.Monk
     assert parse_plugin([]).metrics_tenant_labels is True
     with pytest.raises(SystemExit):
         parse_plugin(["--metrics-tenant-labels", "yes"])
+
+
+def _run_daemon(daemon: str, tmp_path: Path, token: Path) -> int:
+    """Parse ``daemon``'s flags with ``--metrics-token-file token`` and run it (it must refuse before serving)."""
+    import threading
+
+    from controller.main import run as run_controller
+    from kubelet_plugin.main import run as run_plugin
+    from testkit.webhookcerts import make_certs
+    from webhook.main import parse as parse_webhook_settings
+    from webhook.main import serve as serve_webhook
+
+    argv = ["--metrics-port", "0", "--metrics-token-file", str(token)]
+    stop = threading.Event()
+    stop.set()  # a daemon that got past its checks ends at once
+    if daemon == "plugin":
+        (tmp_path / "boot_id").write_text("b0\n")
+        return run_plugin(parse_plugin([*argv, "--boot-id-file", str(tmp_path / "boot_id")]), stop)
+    if daemon == "controller":
+        return run_controller(parse_controller(argv), stop)
+    certs = make_certs(tmp_path / "tls")
+    return serve_webhook(
+        parse_webhook_settings(["--tls-cert-file", str(certs.cert), "--tls-private-key-file", str(certs.key), *argv]), stop
+    )
+
+
+@pytest.mark.parametrize("daemon", sorted(DAEMONS))
+@pytest.mark.parametrize("broken", ["missing", "dangling-link", "directory"])
+def test_a_missing_or_unreadable_token_file_exits_2_naming_the_flag_and_path(daemon: str, broken: str, tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    token = tmp_path / "token"
+    if broken == "dangling-link":
+        token.symlink_to(tmp_path / "gone")
+    elif broken == "directory":
+        token.mkdir()
+    with capture_logs() as logs:
+        assert _run_daemon(daemon, tmp_path, token) == 2
+    [event] = [e for e in logs if e.get("event") == "metrics_auth_unusable"]
+    assert "--metrics-token-file" in event["error"] and str(token) in event["error"] and "cannot read" in event["error"]

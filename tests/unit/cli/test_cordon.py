@@ -129,3 +129,51 @@ def test_bad_input_is_refused_before_any_api_call(argv: list[str], says: str, ca
     assert main([*argv, "--kubeconfig", "/nonexistent/kubeconfig"]) == 2
     err = capsys.readouterr().err
     assert says in err and "nothing was changed" in err
+
+
+def test_malformed_rules_and_slices_are_skipped_never_a_crash() -> None:
+    ours = rule_for(_cordon(True), "gpu-3")
+    unnamed = rule_for(_cordon(True), "gpu-3-mig-1g10gb-0")
+    unnamed["metadata"]["name"] = ""  # deleting it would DELETE the whole collection
+    escapes = rule_for(_cordon(False), "gpu-4")
+    escapes["metadata"]["annotations"][f"{DRIVER}/cordon-reason"] = "\x1b[2Jfan\nfailure"
+    listed = cordoned_devices([ours, unnamed, escapes, {"metadata": [], "spec": "x"}, {"spec": {"deviceSelector": 5}}], DRIVER)
+    assert [c.device for c in listed] == ["gpu-3", "gpu-4"]
+    assert listed[1].reason == "?[2Jfan?failure"
+    assert others_selecting([{"metadata": {"name": ["x"]}, "spec": {"deviceSelector": None}}], DRIVER, "node-a", "gpu-3") == [
+        "(unnamed)"
+    ]
+    slices: list[Any] = [
+        {"spec": {"driver": DRIVER, "pool": {"name": "node-a", "generation": "abc"}, "devices": [_dev("gpu-0")]}},
+        {"spec": {"driver": DRIVER, "pool": "node-a"}},
+        _slice([_dev("gpu-1"), {"name": "gpu-2\n"}, {"name": ["gpu-3"]}, "gpu-4"]),  # type: ignore[list-item]
+    ]
+    found = node_devices(slices, DRIVER)
+    assert found is not None and [d["name"] for d in found.devices] == ["gpu-1"]
+    assert node_devices([{"spec": {"driver": DRIVER, "pool": {"name": "", "generation": 1}}}], DRIVER) is None
+
+
+def test_a_name_with_a_trailing_newline_is_not_a_valid_name() -> None:
+    for argv in (["cordon", "node-a\n", "gpu-0"], ["cordon", "node-a", "gpu-0\n"]):
+        assert main([*argv, "--kubeconfig", "/nonexistent/kubeconfig"]) == 2
+
+
+class _StoredWithoutVersion:
+    def served_version(self) -> str:
+        return "v1"
+
+    def node_slices(self, driver: str, node: str) -> list[dict[str, Any]]:
+        return [_slice([_dev("gpu-0")])]
+
+    def get_rule(self, version: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {}}
+
+
+def test_a_stored_rule_without_a_resource_version_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dra_driver.kube import taint_rules_api
+
+    monkeypatch.setattr(taint_rules_api, "connect", lambda kubeconfig: _StoredWithoutVersion())
+    assert main(["cordon", "node-a", "gpu-0", "--kubeconfig", "/k"]) == 1
+    assert "has no metadata.resourceVersion" in capsys.readouterr().err

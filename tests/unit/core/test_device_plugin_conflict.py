@@ -10,6 +10,7 @@ from dra_driver.core.device_plugin_conflict import (
     Change,
     Guard,
     GuardDecision,
+    NodeShapeError,
     cleared_message,
     conflict_message,
     decide,
@@ -61,10 +62,38 @@ def test_no_status_or_no_gpu_resource_is_clear(node: dict[str, Any]) -> None:
     assert device_plugin_resources(node) == {}
 
 
-@pytest.mark.parametrize(("value", "count"), [("garbage", 0), ("-1", 0), ("500m", 1), ("1k", 1000), ("1e40", 1)])
-def test_odd_quantities_never_hide_a_positive_count(value: str, count: int) -> None:
-    got = device_plugin_resources(_node({"nvidia.com/gpu": value}))
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [("garbage", 1), ("-1", 0), ("500m", 1), ("1k", 1000), ("1e40", 1), ("1e10000000", 1), (None, 1), (True, 1), ([], 1), (8, 8)],
+)
+def test_odd_quantities_never_hide_a_positive_count(value: object, count: int) -> None:
+    # Fail closed: a value no quantity parser reads cannot show the device plugin gone, so it counts as one.
+    got = device_plugin_resources({"status": {"allocatable": {"nvidia.com/gpu": value}}})
     assert got == ({"nvidia.com/gpu": count} if count else {})
+
+
+@pytest.mark.parametrize(
+    ("node", "what"),
+    [
+        ([], "the Node is a list"),
+        ({"status": "x"}, "status is a str"),
+        ({"status": {"allocatable": ["nvidia.com/gpu"]}}, "status.allocatable is a list"),
+        ({"status": {"allocatable": {}, "capacity": 8}}, "status.capacity is a int"),
+    ],
+)
+def test_a_node_of_the_wrong_shape_is_a_clear_error_not_a_count(node: Any, what: str) -> None:
+    with pytest.raises(NodeShapeError, match=what):
+        device_plugin_resources(node)
+
+
+def test_odd_keys_are_skipped_and_huge_ones_are_cut_in_messages() -> None:
+    long = "nvidia.com/mig-" + "x" * 5000
+    got = device_plugin_resources({"status": {"allocatable": {long: "1", 5: "1", "nvidia.com/gpu": "0"}}})
+    assert got == {long: 1}
+    many = {f"nvidia.com/mig-{i}g": 1 for i in range(20)}
+    for text in (conflict_message("node-a", got), conflict_message("node-a", many)):
+        assert len(text) < 1024  # a Node Event's message is cut there: the fix must stay in it
+    assert "(and 12 more)" in conflict_message("node-a", many)
 
 
 def test_before_the_first_read_nothing_is_published_and_a_failed_read_changes_nothing() -> None:

@@ -393,3 +393,53 @@ def test_a_watch_line_over_the_event_bound_ends_the_watch_with_a_clear_error(mon
     assert next(events)[0] == "ADDED"
     with pytest.raises(KubeApiError, match="a watch event longer than 100 bytes"):
         next(events)
+
+
+@contextlib.contextmanager
+def _plain_http_server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A plain-HTTP server answering every GET with a Namespace: its URL and what it saw."""
+    seen: list[dict[str, Any]] = []
+
+    class Plain(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append({"path": self.path, "auth": self.headers.get("Authorization")})
+            body = json.dumps({"kind": "Namespace", "metadata": {"name": "default"}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Plain)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.parametrize("user", [{"token": "t0k"}, {"username": "admin", "password": "pw"}], ids=["native", "kubernetes-loader"])
+def test_a_plain_http_server_is_refused_naming_the_kubeconfig_and_server(tmp_path: Path, user: dict[str, str]) -> None:
+    with _plain_http_server() as (url, seen):
+        cfg = _kubeconfig(tmp_path / "kubeconfig", {"server": url}, user)
+        with pytest.raises(KubeConfigError, match="plain http") as err:
+            load_api_client(str(cfg))
+        assert str(cfg) in str(err.value) and url in str(err.value) and "insecure-skip-tls-verify" in str(err.value)
+        assert seen == []  # refused before any request: no token sent in clear
+
+
+@pytest.mark.parametrize("user", [{"token": "t0k"}, {"username": "admin", "password": "pw"}], ids=["native", "kubernetes-loader"])
+def test_a_plain_http_server_with_insecure_skip_tls_verify_is_spoken_to_in_plain_http(
+    tmp_path: Path, user: dict[str, str]
+) -> None:
+    # It was dialled with TLS whatever its scheme: an SSL error against a plain-HTTP server.
+    with _plain_http_server() as (url, seen):
+        cfg = _kubeconfig(tmp_path / "kubeconfig", {"server": url, "insecure-skip-tls-verify": True}, user)
+        conn = load_api_client(str(cfg))
+        assert RestApi(conn).call("GET", "/api/v1/namespaces/default")["metadata"]["name"] == "default"
+        assert seen[-1]["path"] == "/api/v1/namespaces/default"
+        assert seen[-1]["auth"] in ("Bearer t0k", "Basic " + base64.b64encode(b"admin:pw").decode())

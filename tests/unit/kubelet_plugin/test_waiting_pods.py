@@ -27,7 +27,7 @@ def pod(
         status["containerStatuses"] = [{"name": f"c{i}", "state": {state: {}}} for i, state in enumerate(states)]
     return {
         "metadata": meta,
-        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}] if claims else []},
+        "spec": {"nodeName": NODE, "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}] if claims else []},
         "status": status,
     }
 
@@ -95,6 +95,34 @@ def test_waits_and_uses_driver_tolerate_missing_fields() -> None:
     assert not waits({})
     assert not uses_driver({}, DRIVER, NODE)
     assert not uses_driver({"status": {"allocation": None}}, DRIVER, NODE)
+
+
+def test_a_pod_of_another_node_or_none_is_never_annotated() -> None:
+    # The list is field-selected to this node server-side; a proxy or a skewed server may answer more.
+    other, unbound = pod("other-node", claims=("mine",)), pod("unbound", claims=("mine",))
+    other["spec"]["nodeName"] = "node-b"
+    del unbound["spec"]["nodeName"]
+    api = FakeApi([other, unbound, pod("ours", claims=("mine",))], {"mine": claim()})
+    assert ["ns/ours"] == prompt_waiting_pods(api, driver=DRIVER, node=NODE, now=lambda: "T")
+    assert [("ns", "ours", f"{DRIVER}/prepare-retry", "T")] == api.patched
+
+
+def test_malformed_pods_are_skipped_and_the_rest_still_prompted() -> None:
+    bad: list[Any] = [None, [], "pod", {"metadata": None, "spec": {"nodeName": NODE}}]
+    for meta in ({"name": "x"}, {"namespace": "ns"}, {"name": 5, "namespace": "ns"}, {"name": "../x", "namespace": "ns"}):
+        p = pod("x", claims=("mine",))
+        p["metadata"] = meta
+        bad.append(p)
+    for field, value in (("resourceClaimStatuses", "mine"), ("resourceClaimStatuses", [None, {"resourceClaimName": 7}])):
+        p = pod("odd-claims", claims=("mine",))
+        p["status"][field] = value
+        bad.append(p)
+    states = pod("odd-states", phase="Running", claims=("mine",), states=("waiting",))
+    states["status"]["containerStatuses"] = [None, {"state": []}]
+    odd_claim = pod("odd-claim", claims=("broken",))
+    api = FakeApi([*bad, states, odd_claim, pod("ours", claims=("mine",)), pod("ours", claims=("mine",))],
+                  {"mine": claim(), "broken": {"status": {"allocation": {"devices": None}}}})  # fmt: skip
+    assert ["ns/odd-states", "ns/ours"] == prompt_waiting_pods(api, driver=DRIVER, node=NODE, now=lambda: "T")
 
 
 def test_a_registration_wakes_the_prompter_and_an_api_error_is_logged_not_raised() -> None:

@@ -88,6 +88,9 @@ def test_a_token_file_that_holds_no_token_is_refused_naming_it(tmp_path: Path, c
 def test_a_missing_token_file_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ScrapeAuthError, match="cannot read"):
         read_token(tmp_path / "absent")
+    with pytest.raises(ScrapeAuthError, match="cannot read") as err:
+        BearerToken(tmp_path / "absent")  # its change stamp is taken first: that was a FileNotFoundError
+    assert f"--metrics-token-file {tmp_path / 'absent'}:" in str(err.value)
 
 
 def test_a_rotated_token_replaces_the_old_one_and_a_broken_rotation_keeps_it(tmp_path: Path) -> None:

@@ -241,6 +241,17 @@ def test_quantity_parsing_follows_apimachinery(text: str, value: float, integer:
     assert q.as_int64() == integer
 
 
+@pytest.mark.parametrize(
+    ("text", "integer"), [("1e10000000", None), ("-1e2147483647", None), ("0e999999999", 0), ("9e18", 9 * 10**18)]
+)
+def test_quantity_as_int64_of_a_huge_exponent_is_bounded_work(text: str, integer: int | None) -> None:
+    import time
+
+    t0 = time.thread_time()
+    assert parse_quantity(text).as_int64() == integer
+    assert time.thread_time() - t0 < 0.1  # 10**10000000 was built first: 30 s of CPU
+
+
 @pytest.mark.parametrize("text", ["", "1GB", "1K", "abc", "1.2.3", "1e", "--1", "1 Gi"])
 def test_quantity_parsing_rejects_what_apimachinery_rejects(text: str) -> None:
     with pytest.raises(QuantityError):
