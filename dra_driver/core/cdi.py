@@ -27,7 +27,7 @@ FAKE_DEVICE_NODE_HOST = "/dev/null"
 # no set-user-id, no device files through it, whatever the host's file says.
 READ_ONLY_BIND = ("ro", "nosuid", "nodev", "bind")
 
-_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*\Z")
 _ENV_UNSAFE = re.compile(r"[^A-Z0-9]")
 
 
@@ -125,7 +125,7 @@ def validate_spec(spec: dict[str, Any]) -> None:
         raise ValueError(f"cdiVersion must be {CDI_VERSION}")
     kind = spec.get("kind", "")
     vendor, _, cls = kind.partition("/")
-    if not vendor or not cls or not re.match(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$", vendor):
+    if not vendor or not cls or not re.match(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]\Z", vendor):
         raise ValueError(f"kind {kind!r} is not vendor/class")
     names = [d.get("name", "") for d in spec.get("devices", [])]
     if not names:

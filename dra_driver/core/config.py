@@ -74,7 +74,7 @@ __all__ = [
     "validate_claim_configs",
 ]
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 
 # -- decoding helpers ------------------------------------------------------------------------

@@ -27,8 +27,8 @@ MAX_REASON_CHARS = 256
 MAX_NAME = 253
 _HASH_CHARS = 8
 _LABEL_VALUE_MAX = 63
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 _NOT_LABEL_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 EFFECT_NO_SCHEDULE = "NoSchedule"

@@ -11,7 +11,7 @@ import re
 # A DNS subdomain of this project's own, so dra-gpu can run beside NVIDIA's gpu.nvidia.com.
 DEFAULT_DRIVER_NAME = "gpu.dra-gpu.dev"
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 
 def validate_driver_name(name: str) -> str:

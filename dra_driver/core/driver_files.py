@@ -60,8 +60,8 @@ UTILITIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-cuda-mps-control", "nvidi
 ET_EXEC = 2
 ET_DYN = 3
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_+.-]+$")
-_VERSION = re.compile(r"^\d+(\.\d+)+$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_+.-]+\Z")
+_VERSION = re.compile(r"^\d+(\.\d+)+\Z")
 
 
 @dataclass(frozen=True, slots=True)

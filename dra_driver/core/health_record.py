@@ -17,7 +17,7 @@ from dra_driver.core.health import MAX_CONDITIONS_PER_GPU, MAX_MESSAGE, Conditio
 from dra_driver.core.health_causes import KEY_HEALTH_RECORD, Clears, Severity
 
 MAX_GPUS = 64
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 RECORD_VERSION = 1
 
 

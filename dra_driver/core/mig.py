@@ -24,7 +24,7 @@ from dra_driver.core.gpu import GpuInfo
 # Ampere needs a reset, which a driver must never do on its own: its MIG mode is left alone.
 _NO_RUNTIME_TOGGLE = frozenset({"Ampere"})
 
-_MIG_NAME = re.compile(r"^gpu-(0|[1-9][0-9]*)-mig-([a-z0-9]+(?:-[a-z0-9]+)*)-(0|[1-9][0-9]*)$")
+_MIG_NAME = re.compile(r"^gpu-(0|[1-9][0-9]*)-mig-([a-z0-9]+(?:-[a-z0-9]+)*)-(0|[1-9][0-9]*)\Z")
 
 
 class MigStrategy(enum.StrEnum):

@@ -50,7 +50,7 @@ DEVICE_TYPE_MIG = "mig"
 MAX_STRING_LEN = 64  # API limit for string and version attribute values
 MAX_ATTRS_AND_CAPACITIES = 32  # API limit per device
 
-_GPU_NAME = re.compile(r"^gpu-(0|[1-9][0-9]*)$")
+_GPU_NAME = re.compile(r"^gpu-(0|[1-9][0-9]*)\Z")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from dra_driver.files.atomic import write_atomic
 HEALTH_FILE = "health.json"
 REPAIRS_DIR = "health-repairs"
 """Where ``dra-gpu health repair`` leaves requests the monitor picks up (``<plugin dir>/health-repairs/<gpu>``)."""
-_REPAIR_NAME = re.compile(r"^(gpu-(0|[1-9][0-9]{0,3})|all)$")
+_REPAIR_NAME = re.compile(r"^(gpu-(0|[1-9][0-9]{0,3})|all)\Z")
 MAX_RECORD_BYTES = 1 << 20
 
 

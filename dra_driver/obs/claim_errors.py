@@ -50,7 +50,7 @@ _WRAPPERS = re.compile(r"^(?:preparing claim |unpreparing claim |rolling back an
 _BATCH = re.compile(r"^(?:preparing|unpreparing): ")
 """What it puts before an error of a whole call's batch (the lock, the checkpoint's load or save)."""
 _MIG_CODE = re.compile(
-    r"\((?:InsufficientResources|NotFound|InUse|NotSupported|ResetRequired|InvalidArgument|NoPermission|Unknown)\)$"
+    r"\((?:InsufficientResources|NotFound|InUse|NotSupported|ResetRequired|InvalidArgument|NoPermission|Unknown)\)\Z"
 )
 """How a ``MigError`` ends: ``<op>: <detail> (<MigErrorCode>)``."""
 _REQUEST = re.compile(r"^claim (?:UID|namespace|name) .*(?:is not a valid|times in one request)")

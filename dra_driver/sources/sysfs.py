@@ -17,7 +17,7 @@ SYSFS = Path("/sys")
 
 # The sysfs form of a bus id: domain of at least 4 digits (Intel VMD's are 5), lower case
 # (normalize_bus_id in sources.nvml makes it from NVML's).
-_BUS_ID = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_BUS_ID = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 # A numa_node file holds one small integer and a newline; more than this is not one.
 NUMA_FILE_MAX_BYTES = 16
 # The kernel's MAX_NUMNODES is at most 1 << 10; anything above is not a node number.

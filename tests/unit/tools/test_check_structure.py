@@ -162,3 +162,16 @@ def test_pylint_similarity_runs_on_a_real_tree(tmp_path: Path) -> None:
         _write(tmp_path, f"dra_driver/{name}.py", f'"""Module {name}."""\n\n\ndef f_{name}(value: int) -> None:\n{block}')
     _write(tmp_path, "dra_driver/__init__.py", '"""Package."""\n')
     assert cs.count_duplicate_pairs(cs.run_pylint_similarity(tmp_path)) == 1
+
+
+def test_a_regex_ending_in_dollar_fails_and_one_anchored_with_z_passes(tmp_path: Path) -> None:
+    _write(tmp_path, "dra_driver/names.py", '"""Names."""\nimport re\n\nNAME = re.compile(r"^gpu-[0-9]+$")\n')
+    failures = cs.check_sizes(tmp_path).failures
+    assert len(failures) == 1 and "dra_driver/names.py:4" in failures[0] and "\\Z" in failures[0]
+    _write(tmp_path, "dra_driver/names.py", '"""Names."""\nimport re\n\nNAME = re.compile(r"^gpu-[0-9]+\\Z")\n')
+    assert cs.check_sizes(tmp_path).failures == []
+
+
+def test_a_multiline_regex_ending_in_dollar_is_exempt(tmp_path: Path) -> None:
+    _write(tmp_path, "dra_driver/lines.py", '"""Lines."""\nimport re\n\nLINE = re.compile(r"^Minor: (\\d+)$", re.MULTILINE)\n')
+    assert cs.check_sizes(tmp_path).failures == []
