@@ -36,6 +36,7 @@ from kubelet_plugin.monitoring.device_plugin_guard import guarded
 from kubelet_plugin.monitoring.health_monitor import HealthMonitor
 from kubelet_plugin.monitoring.health_stream import HealthStreams
 from kubelet_plugin.monitoring.health_taints import TaintedPublication
+from kubelet_plugin.monitoring.local_cordon import withholding
 from kubelet_plugin.monitoring.pod_notes import PodNotes
 from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servers import PluginServers, start_servers
@@ -220,8 +221,17 @@ def _start_publisher(
         api, settings.driver_name, settings.node_name, on_refusal=refused, metrics=metrics, on_dropped=publication.on_dropped
     )
 
-    target = guarded(  # no devices while a device plugin serves this node's GPUs (--device-plugin-check-interval)
+    withheld = withholding(  # no cordoned device where DeviceTaintRules are not served (--local-cordon-check-interval)
         publisher,
+        node_name=settings.node_name,
+        driver=settings.driver_name,
+        interval_s=settings.local_cordon_check_interval_s,
+        api_client=api_client,
+        notify=link.notify,
+        stop=stop,
+    )
+    target = guarded(  # no devices while a device plugin serves this node's GPUs (--device-plugin-check-interval)
+        withheld,
         node_name=settings.node_name,
         interval_s=settings.device_plugin_check_interval_s,
         api_client=api_client,

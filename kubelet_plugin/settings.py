@@ -75,6 +75,9 @@ class Settings:
     device_plugin_check_interval_s: float = 30.0
     """Seconds between reads of the Node for a device plugin's GPUs (0: guard off,
     ``kubelet_plugin.monitoring.device_plugin_guard``)."""
+    local_cordon_check_interval_s: float = 10.0
+    """Seconds between reads of the Node for devices ``dra-gpu cordon`` withholds locally (0: off,
+    ``kubelet_plugin.monitoring.local_cordon``)."""
 
 
 PLUGIN_FLAGS = (
@@ -131,6 +134,14 @@ PLUGIN_FLAGS = (
         "30",
         kind=FLOAT,
         field="device_plugin_check_interval_s",
+    ),
+    Flag(
+        "local-cordon-check-interval",
+        "seconds between reads of this node's Node object for the devices `dra-gpu cordon` withholds locally "
+        "(annotation <driver>/cordoned-devices, where no DeviceTaintRule is served), which are not published; 0 = off",
+        "10",
+        kind=FLOAT,
+        field="local_cordon_check_interval_s",
     ),
 )
 """The plugin's own node flags: directories, sockets, the health port, publishing, GC, the driver root, the
@@ -195,9 +206,13 @@ def _check(fail: Fail, values: Values, parsed: Mapping[str, Any]) -> None:
         fail(f"--usage-interval: {usage} is not a number")
     if values["gc_interval_s"] < 0:
         fail(f"--gc-interval: {values['gc_interval_s']} is negative")
-    check = values["device_plugin_check_interval_s"]
-    if not (math.isfinite(check) and check >= 0):
-        fail(f"--device-plugin-check-interval: {check} is not a number of seconds >= 0")
+    for flag, key in (
+        ("--device-plugin-check-interval", "device_plugin_check_interval_s"),
+        ("--local-cordon-check-interval", "local_cordon_check_interval_s"),
+    ):
+        check = values[key]
+        if not (math.isfinite(check) and check >= 0):
+            fail(f"{flag}: {check} is not a number of seconds >= 0")
     plugin_dir = Path(values["plugin_dir"] or f"/var/lib/kubelet/plugins/{values['driver_name']}").absolute()
     driver_root = values["driver_root"] or (None if values["fake_gpus"] else "/driver-root")
     host_root = values["driver_root_host_path"] or driver_root
