@@ -172,7 +172,7 @@ def _cordon_locally(api: KubeTaintRuleApi, args: argparse.Namespace, driver: str
     out = [
         f"cordoned {c.node} {c.device}{extra} by local withholding (no new claims: the node's plugin stops publishing "
         f"it; the pods using it keep it; reason: {c.reason})",
-        f"  {'annotated' if changed else 'unchanged'} node/{c.node} {cordon_local.annotation_key(driver)}",
+        f"  {'annotated' if changed else 'unchanged'} node/{c.node} {annotation_key(driver)}",
     ]
     return out, ([] if args.local else [cordon_local.fallback_note(server)])
 

@@ -35,7 +35,8 @@ class _Nodes:
     def get_node(self, name: str) -> dict[str, Any]:
         if name != "node-a":
             raise KubeApiError(404, "NotFound", "nodes not found")
-        return json.loads(json.dumps(self.node))
+        copy: dict[str, Any] = json.loads(json.dumps(self.node))
+        return copy
 
     def set_annotation(self, name: str, key: str, value: str | None, *, resource_version: str) -> dict[str, Any]:
         if self.conflicts:
@@ -56,7 +57,7 @@ class _Nodes:
 class _Api:
     def __init__(self, nodes: _Nodes, served: str | None = None) -> None:
         self.nodes, self.served = nodes, served
-        self.devices = [{"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-0"}}}]
+        self.devices: list[dict[str, Any]] = [{"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-0"}}}]
         self.devices += [{"name": "gpu-0-mig-1g10gb-0", "attributes": {"parentUUID": {"string": "GPU-0"}}}, {"name": "gpu-1"}]
         self.created: list[dict[str, Any]] = []
 
