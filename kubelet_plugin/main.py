@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from dra_driver.appkit.daemon import run_daemon
+from dra_driver.appkit.device_plugin_guard import guarded
 from dra_driver.appkit.inventory import node_publication
+from dra_driver.appkit.local_cordon import withholding
 from dra_driver.appkit.metrics_serving import MetricsUnavailable, ServedMetrics, serve_daemon_metrics
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
@@ -32,11 +34,9 @@ from dra_driver.obs.scrape_auth import load_or_log
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
 from kubelet_plugin.assembly import build_state, health_monitor, retry_prompter, status_reporter
-from kubelet_plugin.monitoring.device_plugin_guard import guarded
 from kubelet_plugin.monitoring.health_monitor import HealthMonitor
 from kubelet_plugin.monitoring.health_stream import HealthStreams
 from kubelet_plugin.monitoring.health_taints import TaintedPublication
-from kubelet_plugin.monitoring.local_cordon import withholding
 from kubelet_plugin.monitoring.pod_notes import PodNotes
 from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servers import PluginServers, start_servers

@@ -2,7 +2,7 @@
 
 The cordon is recorded in the Node's annotation ``<driver>/cordoned-devices``
 (``dra_driver.core.local_cordon``): device name -> reason. The node's kubelet plugin
-(``kubelet_plugin.monitoring.local_cordon``) then stops publishing the device (a GPU with its MIG
+(``dra_driver.appkit.local_cordon``) then stops publishing the device (a GPU with its MIG
 devices) until uncordoned, so the scheduler allocates it to no new claim. Claims that hold it keep
 it: withholding cannot evict, so ``--evict`` is refused here (exit 2, nothing changed). The Node is
 read and patched with its ``resourceVersion`` (a merge patch; a conflict is read again, three

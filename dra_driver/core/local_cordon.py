@@ -11,7 +11,7 @@ annotation with the last one).
 
 Fail closed: an annotation that is not such an object withholds every device of the node until
 it is fixed (the admin meant to take some out; which is unknown), and says so.
-Called by ``dra_driver.cli.cordon`` (writes), ``kubelet_plugin.monitoring.local_cordon`` (withholds),
+Called by ``dra_driver.cli.cordon`` (writes), ``dra_driver.appkit.local_cordon`` (withholds),
 ``dra_driver.cli.explain_live`` and ``dra_driver.cli.top`` (show).
 """
 

@@ -1,7 +1,7 @@
 """One Node, as raw JSON (``dra_driver.kube.rest``): what the plugin's guards read, and a cordon's annotation.
 
-Called by ``kubelet_plugin.monitoring.device_plugin_guard`` every ``--device-plugin-check-interval``
-seconds and ``kubelet_plugin.monitoring.local_cordon`` every ``--local-cordon-check-interval``
+Called by ``dra_driver.appkit.device_plugin_guard`` every ``--device-plugin-check-interval``
+seconds and ``dra_driver.appkit.local_cordon`` every ``--local-cordon-check-interval``
 (the chart's RBAC grants the plugin ``get`` on Nodes), and by ``dra_driver.cli.cordon`` where
 DeviceTaintRules are not served (:meth:`KubeNodeApi.set_annotation`: the platform-admin role's
 ``patch`` on Nodes). Every failure is a ``KubeApiError``.

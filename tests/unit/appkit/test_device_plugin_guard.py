@@ -1,4 +1,4 @@
-"""The coexistence guard between the publication and the slice publisher (``kubelet_plugin.monitoring.device_plugin_guard``).
+"""The coexistence guard between the publication and the slice publisher (``dra_driver.appkit.device_plugin_guard``).
 
 Fakes: a recording publisher, a Node the test edits, a Node read that can fail, an Event recorder.
 """
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from dra_driver.appkit.device_plugin_guard import DevicePluginGuard, guarded
 from dra_driver.core.device_plugin_conflict import Guard
 from dra_driver.core.schema import Attr, DeviceSpec
 from dra_driver.files.checkpoint_store import Notice
-from kubelet_plugin.monitoring.device_plugin_guard import DevicePluginGuard, guarded
 from kubelet_plugin.settings import parse
 
 DEVICES = [DeviceSpec(f"gpu-{i}", {"type": Attr("string", "gpu")}, {}) for i in range(8)]

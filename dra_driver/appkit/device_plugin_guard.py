@@ -1,7 +1,8 @@
 """The coexistence guard: no devices published while NVIDIA's device plugin serves GPUs on this node.
 
-Sits between the publication (``kubelet_plugin.monitoring.health_taints.TaintedPublication``, which
-calls ``set_devices``) and the slice publisher (``dra_driver.appkit.publisher``): it keeps the
+Sits between the publication (the kubelet plugin's ``kubelet_plugin.monitoring.health_taints.TaintedPublication``,
+or the standalone controller's device list, which call ``set_devices``) and the slice publisher
+(``dra_driver.appkit.publisher``, behind ``dra_driver.appkit.local_cordon``): it keeps the
 latest device list and passes it on only while the Node shows no device plugin's GPU resource;
 otherwise it publishes an empty pool (existing slices lose their devices). ``run`` reads the Node
 every ``--device-plugin-check-interval`` seconds and decides with
@@ -9,7 +10,9 @@ every ``--device-plugin-check-interval`` seconds and decides with
 first read, and a Node that cannot be read keeps the last decision. A conflict and its end are
 logged (``device_plugin_conflict``, ``device_plugin_conflict_cleared``) and raised as Node Events.
 
-Wired by ``kubelet_plugin.main`` (``guarded``) when the publisher starts.
+Wired by ``kubelet_plugin.main`` and ``controller.main`` (``guarded``) when the publisher starts: the
+controller publishes a node's slices that a kubelet plugin with ``publishSlices=false`` prepares,
+so a device plugin on that node would double-allocate there too.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from dra_driver.appkit.device_publisher import DevicePublisher
 from dra_driver.core.device_plugin_conflict import (
     Change,
     Guard,
@@ -31,7 +35,6 @@ from dra_driver.core.device_plugin_conflict import (
 )
 from dra_driver.core.schema import DeviceSpec
 from dra_driver.files.checkpoint_store import Notice
-from kubelet_plugin.monitoring.health_taints import DevicePublisher
 
 log = structlog.get_logger(__name__)
 

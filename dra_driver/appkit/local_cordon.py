@@ -15,7 +15,7 @@ a restarted plugin never publishes a cordoned GPU for a moment; a Node that cann
 keeps the last cordons. Each change of the withheld
 set is logged (``local_cordon_changed``) and raised as a Node Event (``DevicesWithheld``).
 
-Wired by ``kubelet_plugin.main`` (:func:`withholding`) when the publisher starts.
+Wired by ``kubelet_plugin.main`` and ``controller.main`` (:func:`withholding`) when the publisher starts.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any
 
 import structlog
 
+from dra_driver.appkit.device_publisher import DevicePublisher
 from dra_driver.core.local_cordon import Withholding, annotation_key, withheld
 from dra_driver.core.schema import DeviceSpec
 from dra_driver.files.checkpoint_store import Notice
-from kubelet_plugin.monitoring.health_taints import DevicePublisher
 
 log = structlog.get_logger(__name__)
 

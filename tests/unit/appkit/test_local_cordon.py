@@ -1,4 +1,4 @@
-"""Local withholding between the publication and the slice publisher (``kubelet_plugin.monitoring.local_cordon``).
+"""Local withholding between the publication and the slice publisher (``dra_driver.appkit.local_cordon``).
 
 Fakes: a recording publisher, a Node whose cordon annotation the test edits, a Node read that can
 fail, an Event recorder. Nothing before the first read; a cordoned GPU leaves with its MIG
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from dra_driver.appkit.local_cordon import LocalCordon, withholding
 from dra_driver.core.local_cordon import annotation_key
 from dra_driver.core.schema import Attr, DeviceSpec
 from dra_driver.files.checkpoint_store import Notice
-from kubelet_plugin.monitoring.local_cordon import LocalCordon, withholding
 from kubelet_plugin.settings import parse
 
 DRIVER = "gpu.dra-gpu.dev"
