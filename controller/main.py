@@ -20,10 +20,9 @@ import structlog
 
 from controller.settings import ControllerSettings, parse
 from dra_driver.appkit.daemon import run_daemon
-from dra_driver.appkit.device_plugin_guard import guarded
 from dra_driver.appkit.inventory import node_publication
-from dra_driver.appkit.local_cordon import withholding
 from dra_driver.appkit.metrics_serving import MetricsUnavailable, serve_daemon_metrics
+from dra_driver.appkit.node_guards import guard_publisher
 from dra_driver.core.mig import MigStrategy
 from dra_driver.files.checkpoint_store import Notice
 from dra_driver.mig_backends.select import make_mig_backend
@@ -76,9 +75,16 @@ def _publish(settings: ControllerSettings, stop: threading.Event, metrics: Publi
     publisher = SlicePublisher(api, settings.driver_name, settings.node_name, metrics=metrics)
     # The same guards as the kubelet plugin's: a kubelet plugin with publishSlices=false prepares what this
     # publishes, so a device plugin on the node, or a local cordon, must keep devices out of these slices too.
-    guards = {"node_name": settings.node_name, "api_client": client, "notify": _logged, "stop": stop}
-    withheld = withholding(publisher, driver=settings.driver_name, interval_s=settings.local_cordon_check_interval_s, **guards)
-    target = guarded(withheld, interval_s=settings.device_plugin_check_interval_s, **guards)
+    target = guard_publisher(
+        publisher,
+        node_name=settings.node_name,
+        driver=settings.driver_name,
+        device_plugin_interval_s=settings.device_plugin_check_interval_s,
+        local_cordon_interval_s=settings.local_cordon_check_interval_s,
+        api_client=client,
+        notify=_logged,
+        stop=stop,
+    )
     target.set_devices(list(publication.devices), list(publication.counter_sets))
     publisher.run(stop)
 

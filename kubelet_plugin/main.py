@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from dra_driver.appkit.daemon import run_daemon
-from dra_driver.appkit.device_plugin_guard import guarded
 from dra_driver.appkit.inventory import node_publication
-from dra_driver.appkit.local_cordon import withholding
 from dra_driver.appkit.metrics_serving import MetricsUnavailable, ServedMetrics, serve_daemon_metrics
+from dra_driver.appkit.node_guards import guard_publisher
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
 from dra_driver.core.mig_publish import Publication
@@ -221,19 +220,12 @@ def _start_publisher(
         api, settings.driver_name, settings.node_name, on_refusal=refused, metrics=metrics, on_dropped=publication.on_dropped
     )
 
-    withheld = withholding(  # no cordoned device where DeviceTaintRules are not served (--local-cordon-check-interval)
+    target = guard_publisher(  # no cordoned GPU, nothing beside a device plugin (NODE_GUARD_FLAGS)
         publisher,
         node_name=settings.node_name,
         driver=settings.driver_name,
-        interval_s=settings.local_cordon_check_interval_s,
-        api_client=api_client,
-        notify=link.notify,
-        stop=stop,
-    )
-    target = guarded(  # no devices while a device plugin serves this node's GPUs (--device-plugin-check-interval)
-        withheld,
-        node_name=settings.node_name,
-        interval_s=settings.device_plugin_check_interval_s,
+        device_plugin_interval_s=settings.device_plugin_check_interval_s,
+        local_cordon_interval_s=settings.local_cordon_check_interval_s,
         api_client=api_client,
         notify=link.notify,
         stop=stop,

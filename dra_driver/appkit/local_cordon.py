@@ -15,7 +15,7 @@ a restarted plugin never publishes a cordoned GPU for a moment; a Node that cann
 keeps the last cordons. Each change of the withheld
 set is logged (``local_cordon_changed``) and raised as a Node Event (``DevicesWithheld``).
 
-Wired by ``kubelet_plugin.main`` and ``controller.main`` (:func:`withholding`) when the publisher starts.
+Wired by ``kubelet_plugin.main`` and ``controller.main`` (through ``dra_driver.appkit.node_guards``) when the publisher starts.
 """
 
 from __future__ import annotations
@@ -135,32 +135,3 @@ class LocalCordon:
             wait = self._interval_s if self._read else min(self._interval_s, FIRST_READ_RETRY_S)
             if stop.wait(wait):
                 return
-
-
-def withholding(
-    publisher: DevicePublisher,
-    *,
-    node_name: str,
-    driver: str,
-    interval_s: float,
-    api_client: Any,
-    notify: Callable[[Notice], None],
-    stop: threading.Event,
-) -> DevicePublisher:
-    """``publisher`` behind a running local cordon (its thread started), or ``publisher`` itself when ``interval_s`` is 0."""
-    if interval_s <= 0:
-        log.info("local_cordon_disabled")
-        return publisher
-    from dra_driver.kube.node_api import KubeNodeApi
-
-    nodes = KubeNodeApi(api_client)
-    cordon = LocalCordon(
-        publisher,
-        node_name=node_name,
-        driver=driver,
-        read_node=lambda: nodes.get_node(node_name),
-        notify=notify,
-        interval_s=interval_s,
-    )
-    threading.Thread(target=cordon.run, args=(stop,), name="local-cordon", daemon=True).start()
-    return cordon

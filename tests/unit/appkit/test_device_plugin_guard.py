@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from dra_driver.appkit.device_plugin_guard import DevicePluginGuard, guarded
+from dra_driver.appkit.device_plugin_guard import DevicePluginGuard
+from dra_driver.appkit.node_guards import guard_publisher
 from dra_driver.core.device_plugin_conflict import Guard
 from dra_driver.core.schema import Attr, DeviceSpec
 from dra_driver.files.checkpoint_store import Notice
@@ -160,9 +161,12 @@ def test_interval_zero_turns_the_guard_off() -> None:
     pub = Recorder()
     events: list[Notice] = []
     with capture_logs() as logs:
-        got = guarded(pub, node_name="n", interval_s=0, api_client=None, notify=events.append, stop=threading.Event())
+        got = guard_publisher(
+            pub, node_name="n", driver="d", device_plugin_interval_s=0, local_cordon_interval_s=0, api_client=None,
+            notify=events.append, stop=threading.Event(),
+        )  # fmt: skip
     assert got is pub
-    assert [entry["event"] for entry in logs] == ["device_plugin_guard_disabled"]
+    assert [entry["event"] for entry in logs] == ["local_cordon_disabled", "device_plugin_guard_disabled"]
 
 
 def test_the_interval_flag_defaults_to_30s_and_refuses_negative_or_nan(

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from dra_driver.appkit.local_cordon import LocalCordon, withholding
+from dra_driver.appkit.local_cordon import LocalCordon
+from dra_driver.appkit.node_guards import guard_publisher
 from dra_driver.core.local_cordon import annotation_key
 from dra_driver.core.schema import Attr, DeviceSpec
 from dra_driver.files.checkpoint_store import Notice
@@ -125,7 +126,8 @@ def test_an_unreadable_node_keeps_the_last_cordons() -> None:
 
 def test_the_thread_acts_within_its_interval_and_zero_turns_it_off() -> None:
     pub, node, stop = Recorder(), FakeNode(), threading.Event()
-    assert withholding(pub, node_name="node-a", driver=DRIVER, interval_s=0, api_client=None, notify=print, stop=stop) is pub
+    zero = {"device_plugin_interval_s": 0, "local_cordon_interval_s": 0}
+    assert guard_publisher(pub, node_name="node-a", driver=DRIVER, api_client=None, notify=print, stop=stop, **zero) is pub
     cordon = LocalCordon(pub, node_name="node-a", driver=DRIVER, read_node=node.read, notify=lambda _n: None, interval_s=0.05)
     cordon.set_devices(DEVICES, COUNTERS)
     thread = threading.Thread(target=cordon.run, args=(stop,), daemon=True)
