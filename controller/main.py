@@ -2,8 +2,11 @@
 
 Useful without a kubelet plugin (demos, control-plane-only tests, fake GPUs): discovers the
 node's GPUs (``make_source``), maps them with the publication rules (``--mig`` included) and runs the
-``SlicePublisher`` until SIGTERM or SIGINT, then exits 0. Each flag defaults to an env var (the
-table: ``controller.settings``). Prometheus metrics of the publisher
+``SlicePublisher`` until SIGTERM or SIGINT, then exits 0. Between the two sit the kubelet plugin's
+guards (``dra_driver.appkit.device_plugin_guard``, ``dra_driver.appkit.local_cordon``): a kubelet
+plugin started with ``--publish-slices=false`` prepares what the controller publishes, so a device
+plugin serving the node's GPUs, or a GPU cordoned locally, keeps devices out of its slices here
+too. Each flag defaults to an env var (the table: ``controller.settings``). Prometheus metrics of the publisher
 (``dra_driver.obs.metrics.PublisherMetrics``) are served over plain HTTP on ``--metrics-port``
 (default 9421, -1 off; ``dra_driver.appkit.metrics_serving``); a port it cannot listen on exits 2.
 """
@@ -19,7 +22,9 @@ from controller.settings import ControllerSettings, parse
 from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.inventory import node_publication
 from dra_driver.appkit.metrics_serving import MetricsUnavailable, serve_daemon_metrics
+from dra_driver.appkit.node_guards import guard_publisher
 from dra_driver.core.mig import MigStrategy
+from dra_driver.files.checkpoint_store import Notice
 from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.select import make_source
 
@@ -63,12 +68,30 @@ def _publish(settings: ControllerSettings, stop: threading.Event, metrics: Publi
         gpus, settings.mig, backend, consumable=settings.consumable, mig_profiles=settings.mig_profiles
     )
 
-    api = KubeSliceApi(load_api_client(settings.kubeconfig))
+    client = load_api_client(settings.kubeconfig)
+    api = KubeSliceApi(client)
     for note in publication.notes:
         log.warning("publication_note", note=note)
     publisher = SlicePublisher(api, settings.driver_name, settings.node_name, metrics=metrics)
-    publisher.set_devices(list(publication.devices), list(publication.counter_sets))
+    # The same guards as the kubelet plugin's: a kubelet plugin with publishSlices=false prepares what this
+    # publishes, so a device plugin on the node, or a local cordon, must keep devices out of these slices too.
+    target = guard_publisher(
+        publisher,
+        node_name=settings.node_name,
+        driver=settings.driver_name,
+        device_plugin_interval_s=settings.device_plugin_check_interval_s,
+        local_cordon_interval_s=settings.local_cordon_check_interval_s,
+        api_client=client,
+        notify=_logged,
+        stop=stop,
+    )
+    target.set_devices(list(publication.devices), list(publication.counter_sets))
     publisher.run(stop)
+
+
+def _logged(notice: Notice) -> None:
+    """The guards' Node Events, as log lines: the controller's role may not create Events."""
+    log.warning("node_event_not_sent", reason=notice.reason, message=notice.message, warning=notice.warning)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.appkit.flag_table import Fail, FlagTable, Values, rows
-from dra_driver.appkit.flags import COMMON_FLAGS, METRICS_DERIVED, check_common, check_metrics, metrics_flags
+from dra_driver.appkit.flags import (
+    COMMON_FLAGS,
+    METRICS_DERIVED,
+    NODE_GUARD_FLAGS,
+    check_common,
+    check_metrics,
+    check_node_guards,
+    metrics_flags,
+)
 from dra_driver.core.mig import MigStrategy
 from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
 from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig
@@ -40,10 +48,15 @@ class ControllerSettings:
     metrics_address: str = DEFAULT_METRICS_ADDRESS
     metrics_auth: ScrapeAuthConfig = NO_SCRAPE_AUTH
     """Who may scrape /metrics (``dra_driver.obs.scrape_auth``)."""
+    device_plugin_check_interval_s: float = 30.0
+    """Seconds between reads of the Node for a device plugin's GPUs (0: guard off, ``dra_driver.appkit.device_plugin_guard``)."""
+    local_cordon_check_interval_s: float = 10.0
+    """Seconds between reads of the Node for locally cordoned devices (0: off, ``dra_driver.appkit.local_cordon``)."""
 
 
 def _check(fail: Fail, values: Values, parsed: Mapping[str, Any]) -> None:
     check_common(fail, values)
+    check_node_guards(fail, values)
     check_metrics(fail, values, parsed)
 
 
@@ -52,7 +65,7 @@ FLAGS: FlagTable[ControllerSettings] = FlagTable(
     prog="dra-gpu-controller",
     description="publish one node's dra-gpu ResourceSlices",
     settings=ControllerSettings,
-    rows=rows(COMMON_FLAGS, metrics_flags("controller")),
+    rows=rows(COMMON_FLAGS, NODE_GUARD_FLAGS, metrics_flags("controller")),
     check=_check,
     derived=METRICS_DERIVED,
 )

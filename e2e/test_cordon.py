@@ -6,8 +6,9 @@ runs it. (a) ``cordon node-a gpu-0`` (NoSchedule): a pod whose claim only gpu-0 
 Pending (the scheduler says why), a plain pod gets another GPU although gpu-0 comes first.
 (c) ``uncordon``: the pending pod gets gpu-0 and runs. (b) ``cordon --evict`` on the GPU of a
 ReplicaSet's running pod: the controller-manager evicts it and the replacement runs on another
-GPU. Timings go to stdout (``-s``). A stock v1.36 server, which serves no DeviceTaintRule API,
-gets a clear refusal (exit 2) and no change. With dynamic MIG (slices as the plugin publishes them,
+GPU. Timings go to stdout (``-s``). On a stock v1.36 server, which serves no DeviceTaintRule API,
+``--evict`` gets a clear refusal naming the gate (exit 2) and no change; a plain cordon there is
+local withholding (e2e/test_cordon_local.py). With dynamic MIG (slices as the plugin publishes them,
 the real scheduler allocating), a GPU's cordon covers every MIG placement on it: a MIG claim that
 first-fit would put on gpu-0 gets gpu-1.
 """
@@ -146,14 +147,17 @@ def test_cordon_keeps_new_claims_off_a_gpu_evicts_with_evict_and_uncordon_restor
         )
 
 
-def test_a_server_without_device_taint_rules_is_refused_naming_the_gate(tmp_path: Path) -> None:
+def test_a_server_without_device_taint_rules_refuses_evict_naming_the_gate(tmp_path: Path) -> None:
     with LocalCluster(stock=True, version="v1.36.3", log_dir=tmp_path / "logs") as c:
-        done = dra_gpu(c.kubeconfig, "cordon", "node-a", "gpu-0")
+        done = dra_gpu(c.kubeconfig, "cordon", "node-a", "gpu-0", "--evict")
         assert done.returncode == 2, done
         assert "DRADeviceTaintRules" in done.stderr and "1.37" in done.stderr and "v1.36.3" in done.stderr, done.stderr
         assert "Nothing was changed" in done.stderr
+        # Without --evict it falls back to local withholding (e2e/test_cordon_local.py), which needs the node.
+        done = dra_gpu(c.kubeconfig, "cordon", "node-a", "gpu-0")
+        assert done.returncode == 2 and "node 'node-a' not found" in done.stderr, done
         done = dra_gpu(c.kubeconfig, "uncordon", "node-a", "gpu-0")
-        assert done.returncode == 2 and "DRADeviceTaintRules" in done.stderr, done
+        assert done.returncode == 2 and "node 'node-a' not found" in done.stderr, done
 
 
 def test_a_gpus_cordon_covers_its_mig_devices_on_the_real_scheduler(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import structlog
 from dra_driver.appkit.daemon import run_daemon
 from dra_driver.appkit.inventory import node_publication
 from dra_driver.appkit.metrics_serving import MetricsUnavailable, ServedMetrics, serve_daemon_metrics
+from dra_driver.appkit.node_guards import guard_publisher
 from dra_driver.core.gpu import GpuInfo
 from dra_driver.core.mig import MigBackend, MigStrategy
 from dra_driver.core.mig_publish import Publication
@@ -32,7 +33,6 @@ from dra_driver.obs.scrape_auth import load_or_log
 from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
 from kubelet_plugin.assembly import build_state, health_monitor, retry_prompter, status_reporter
-from kubelet_plugin.monitoring.device_plugin_guard import guarded
 from kubelet_plugin.monitoring.health_monitor import HealthMonitor
 from kubelet_plugin.monitoring.health_stream import HealthStreams
 from kubelet_plugin.monitoring.health_taints import TaintedPublication
@@ -220,10 +220,12 @@ def _start_publisher(
         api, settings.driver_name, settings.node_name, on_refusal=refused, metrics=metrics, on_dropped=publication.on_dropped
     )
 
-    target = guarded(  # no devices while a device plugin serves this node's GPUs (--device-plugin-check-interval)
+    target = guard_publisher(  # no cordoned GPU, nothing beside a device plugin (NODE_GUARD_FLAGS)
         publisher,
         node_name=settings.node_name,
-        interval_s=settings.device_plugin_check_interval_s,
+        driver=settings.driver_name,
+        device_plugin_interval_s=settings.device_plugin_check_interval_s,
+        local_cordon_interval_s=settings.local_cordon_check_interval_s,
         api_client=api_client,
         notify=link.notify,
         stop=stop,

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.appkit.flag_table import BOOL, FLOAT, INT, Fail, Flag, FlagTable, Values, absolute_path, as_path, optional, rows
-from dra_driver.appkit.flags import COMMON_FLAGS, METRICS_DERIVED, check_common, check_metrics, metrics_flags
+from dra_driver.appkit.flags import (
+    COMMON_FLAGS,
+    METRICS_DERIVED,
+    NODE_GUARD_FLAGS,
+    check_common,
+    check_metrics,
+    check_node_guards,
+    metrics_flags,
+)
 from dra_driver.core.mig import MigStrategy
 from dra_driver.obs.ports import DEFAULT_METRICS_ADDRESS
 from dra_driver.obs.scrape_auth import NO_SCRAPE_AUTH, ScrapeAuthConfig
@@ -74,7 +82,10 @@ class Settings:
     later (``kubelet_plugin.waiting_pods``)."""
     device_plugin_check_interval_s: float = 30.0
     """Seconds between reads of the Node for a device plugin's GPUs (0: guard off,
-    ``kubelet_plugin.monitoring.device_plugin_guard``)."""
+    ``dra_driver.appkit.device_plugin_guard``)."""
+    local_cordon_check_interval_s: float = 10.0
+    """Seconds between reads of the Node for devices ``dra-gpu cordon`` withholds locally (0: off,
+    ``dra_driver.appkit.local_cordon``)."""
 
 
 PLUGIN_FLAGS = (
@@ -124,17 +135,9 @@ PLUGIN_FLAGS = (
         "true",
         kind=BOOL,
     ),
-    Flag(
-        "device-plugin-check-interval",
-        "seconds between reads of this node's Node object for a device plugin's GPUs (nvidia.com/gpu or "
-        "nvidia.com/mig-* allocatable above 0), while which no devices are published; 0 = guard off",
-        "30",
-        kind=FLOAT,
-        field="device_plugin_check_interval_s",
-    ),
 )
-"""The plugin's own node flags: directories, sockets, the health port, publishing, GC, the driver root, the
-device-plugin guard."""
+"""The plugin's own node flags: directories, sockets, the health port, publishing, GC, the driver root
+(the device-plugin guard and local cordon are ``dra_driver.appkit.flags.NODE_GUARD_FLAGS``, the controller's too)."""
 
 HEALTH_FLAGS = (
     Flag(
@@ -195,9 +198,7 @@ def _check(fail: Fail, values: Values, parsed: Mapping[str, Any]) -> None:
         fail(f"--usage-interval: {usage} is not a number")
     if values["gc_interval_s"] < 0:
         fail(f"--gc-interval: {values['gc_interval_s']} is negative")
-    check = values["device_plugin_check_interval_s"]
-    if not (math.isfinite(check) and check >= 0):
-        fail(f"--device-plugin-check-interval: {check} is not a number of seconds >= 0")
+    check_node_guards(fail, values)
     plugin_dir = Path(values["plugin_dir"] or f"/var/lib/kubelet/plugins/{values['driver_name']}").absolute()
     driver_root = values["driver_root"] or (None if values["fake_gpus"] else "/driver-root")
     host_root = values["driver_root_host_path"] or driver_root
@@ -221,7 +222,7 @@ FLAGS: FlagTable[Settings] = FlagTable(
     prog="dra-gpu-kubelet-plugin",
     description="dra-gpu kubelet plugin (DRA driver for GPUs)",
     settings=Settings,
-    rows=rows(COMMON_FLAGS, PLUGIN_FLAGS, HEALTH_FLAGS, metrics_flags("plugin"), (TENANT_LABELS,)),
+    rows=rows(COMMON_FLAGS, PLUGIN_FLAGS, NODE_GUARD_FLAGS, HEALTH_FLAGS, metrics_flags("plugin"), (TENANT_LABELS,)),
     check=_check,
     derived=METRICS_DERIVED,
 )

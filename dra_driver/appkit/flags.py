@@ -1,18 +1,20 @@
 """The flag rows the daemons share, and their checks: node, driver, GPU source, MIG, sharing, logs, /metrics.
 
-``COMMON_FLAGS`` (``check_common``) are in the tables of ``kubelet_plugin.settings`` and
-``controller.settings``, so the two never drift apart; ``metrics_flags`` (port, address, and who may
-scrape; ``check_metrics``) in those two and ``webhook.settings``. ``DRIVER_NAME`` and ``LOG_LEVEL``
+``COMMON_FLAGS`` (``check_common``) and ``NODE_GUARD_FLAGS`` (``check_node_guards``) are in the
+tables of ``kubelet_plugin.settings`` and ``controller.settings``, so the two never drift apart;
+``metrics_flags`` (port, address, and who may scrape; ``check_metrics``) in those two and
+``webhook.settings``. ``DRIVER_NAME`` and ``LOG_LEVEL``
 are the webhook's too. Rows and tables: ``dra_driver.appkit.flag_table``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from dra_driver.appkit.flag_table import INT, Fail, Flag, Values, optional, optional_path
+from dra_driver.appkit.flag_table import FLOAT, INT, Fail, Flag, Values, optional, optional_path
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME, validate_driver_name
 from dra_driver.core.mig import MigStrategy
 from dra_driver.core.mig_profiles import parse_mig_profiles
@@ -74,6 +76,36 @@ def check_log_level(fail: Fail, values: Values) -> None:
     """``fail`` for a log level logging does not know."""
     if values["log_level"].upper() not in logging.getLevelNamesMapping():
         fail(f"--log-level: unknown level {values['log_level']!r}")
+
+
+NODE_GUARD_FLAGS = (
+    Flag(
+        "device-plugin-check-interval",
+        "seconds between reads of this node's Node object for a device plugin's GPUs (nvidia.com/gpu or "
+        "nvidia.com/mig-* allocatable above 0), while which no devices are published; 0 = guard off",
+        "30",
+        kind=FLOAT,
+        field="device_plugin_check_interval_s",
+    ),
+    Flag(
+        "local-cordon-check-interval",
+        "seconds between reads of this node's Node object for the devices `dra-gpu cordon` withholds locally "
+        "(annotation <driver>/cordoned-devices, where no DeviceTaintRule is served), which are not published; 0 = off",
+        "10",
+        kind=FLOAT,
+        field="local_cordon_check_interval_s",
+    ),
+)
+"""What stands between a node's device list and its slices, in the plugin's and the controller's tables: the
+device-plugin guard (``dra_driver.appkit.device_plugin_guard``) and local cordons (``dra_driver.appkit.local_cordon``)."""
+
+
+def check_node_guards(fail: Fail, values: Values) -> None:
+    """Each guard's interval is a number of seconds >= 0 (0: off)."""
+    for flag in NODE_GUARD_FLAGS:
+        check = values[flag.field]
+        if not (math.isfinite(check) and check >= 0):
+            fail(f"{flag.option}: {check} is not a number of seconds >= 0")
 
 
 def check_common(fail: Fail, values: Values) -> None:

@@ -6,7 +6,8 @@ module only when ``explain`` runs, after checking that the ``explain`` extra is 
 (``--kubeconfig``, ``-n``) with every ResourceSlice, DeviceClass, Node and allocated claim
 (``explain_live.py``). Offline: the manifests (``-f``; a pod's claim templates come from the same
 file), ResourceSlices (``--slices``, e.g. ``dra-gpu inventory -o yaml`` output, several nodes
-concatenated), DeviceClasses (``--classes``; without it each driver in the slices gets a class of
+concatenated, with any DeviceTaintRules: ``kubectl get resourceslices,devicetaintrules -o yaml``),
+DeviceClasses (``--classes``; without it each driver in the slices gets a class of
 its own name that selects its devices) and already-allocated claims (``--allocated``), read by
 ``explain_inputs.py``. Either way the scheduler simulator (``dra_driver.schedsim``) does the rest.
 
@@ -71,7 +72,8 @@ def explain_objects(
 ) -> list[tuple[str, Explanation]]:
     """Explain each workload of the parsed documents (what :func:`load_objects` returns for each file).
 
-    ``manifests``: pods, claims and templates; ``slices``: the ResourceSlices; ``classes``: the
+    ``manifests``: pods, claims and templates; ``slices``: the ResourceSlices (and DeviceTaintRules,
+    there or among the manifests, applied where ``rules`` say the scheduler applies them); ``classes``: the
     DeviceClasses (None: one per driver, see :func:`default_classes`); ``allocated``: claims already
     allocated. Documents of other kinds are ignored. Raises :class:`InputError` for anything
     malformed or past the bounds of ``dra_driver.schedsim.allocator.validate``, naming it, and for
@@ -91,8 +93,9 @@ def explain_objects(
         if refused:
             raise InputError("\n".join(str(r) for r in refused))
         alloc_objs = of_kind(allocated, "ResourceClaim")
+        taint_rules = [*of_kind(slices, "DeviceTaintRule"), *of_kind(manifests, "DeviceTaintRule")]
         return [
-            (label, explain(claims, slice_objs, class_map, alloc_objs, rules=rules))
+            (label, explain(claims, slice_objs, class_map, alloc_objs, rules=rules, taint_rules=taint_rules))
             for label, claims in workloads(manifests, alloc_objs)
         ]
     except InvalidObject as err:

@@ -53,7 +53,10 @@ def add_explain_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("-n", "--namespace", default="default", help="namespace of NAME (default: default)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
     p.add_argument("-f", "--filename", help="Pod, ResourceClaim or ResourceClaimTemplate YAML (multi-document)")
-    p.add_argument("--slices", help="ResourceSlices YAML, e.g. `dra-gpu inventory -o yaml` output")
+    p.add_argument(
+        "--slices",
+        help="ResourceSlices YAML, e.g. `dra-gpu inventory -o yaml` output; DeviceTaintRules in it (or in -f) are applied",
+    )
     p.add_argument("--classes", help="DeviceClasses YAML (default: one class per driver, named like the driver)")
     p.add_argument("--allocated", help="ResourceClaims with status.allocation already in the cluster")
     p.add_argument("-o", "--output", choices=["text", "json"], default="text")

@@ -4,7 +4,8 @@ Reads every kubelet plugin's /metrics (through the API server's pod proxy, or ``
 and prints one line per prepared device: node, namespace/claim, pods, device, utilization, memory
 in use and idle time (``!`` once past ``--idle-after``, the chart's alert threshold), then the GPUs
 a health cause makes Unhealthy, then the devices ``dra-gpu cordon`` took out of service (their
-DeviceTaintRules: pool, device, effect, reason). ``-o json`` prints the same rows. Exit 0; 1 when a plugin could not
+DeviceTaintRules: pool, device, effect, reason; or, where no DeviceTaintRule is served, the local
+cordons on the nodes read, effect ``withheld``). ``-o json`` prints the same rows. Exit 0; 1 when a plugin could not
 be read (the others are still shown); 2 on a usage error. Called by ``dra_driver.cli.main``.
 
 The plugin's series name a claim by its UID unless the chart enables tenant labels: top names it
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,15 +102,18 @@ def _name_claims(api: KubeTopApi, views: dict[str, NodeView], problems: list[str
         v.devices.sort(key=lambda r: (r.namespace, r.claim, r.claim_uid, r.device))
 
 
-def _cordons(args: argparse.Namespace, problems: list[str]) -> list[CordonedDevice]:
-    """The devices ``dra-gpu cordon`` took out of service (none without a cluster, or a server without DeviceTaintRules)."""
+def _cordons(args: argparse.Namespace, problems: list[str], nodes: Iterable[str] = ()) -> list[CordonedDevice]:
+    """The devices ``dra-gpu cordon`` took out of service (none without a cluster).
+
+    Its DeviceTaintRules, and the local cordons recorded on ``nodes`` (where no DeviceTaintRule is served).
+    """
     if args.url and not args.kubeconfig:
         return []
     from dra_driver.cli.cordon import cordon_lines
     from dra_driver.kube.taint_rules_api import KubeApiError, connect
 
     try:
-        return cordon_lines(connect(args.kubeconfig))
+        return cordon_lines(connect(args.kubeconfig), nodes)
     except KubeApiError as err:
         if err.status == 403:  # not a platform admin: the rest of top still stands
             print(f"note: cordoned devices not shown: {err}", file=sys.stderr)
@@ -175,7 +180,7 @@ def _top(args: argparse.Namespace) -> int:
         print("error: --cert and --key go together", file=sys.stderr)
         return 2
     views, problems = _views(args)
-    cordons = _cordons(args, problems)
+    cordons = _cordons(args, problems, views)
     devices = [d for v in views.values() for d in v.devices]
     unhealthy = {(node, gpu): causes for node, v in views.items() for gpu, causes in v.unhealthy.items()}
     if args.output == "json":

@@ -10,7 +10,7 @@ unhealthy; capacity stays for its 5 minute grace, then drops to 0), so allocatab
 capacity stands in only for a resource allocatable does not list.
 
 Fail closed: an unreadable Node (``observed`` None) keeps the last decision, and before the first
-read nothing is published. Called by ``kubelet_plugin.monitoring.device_plugin_guard``.
+read nothing is published. Called by ``dra_driver.appkit.device_plugin_guard``.
 """
 
 from __future__ import annotations

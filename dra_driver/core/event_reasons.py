@@ -29,6 +29,10 @@ EVENT_REASON_MEANINGS: Final[Mapping[str, str]] = {
     "mode. The message names the resources and counts.",
     "DevicePluginConflictCleared": "The device plugin's GPU resources are 0 or absent again: the node's GPUs are "
     "published again.",
+    "DevicesWithheld": "The devices `dra-gpu cordon` recorded on the Node (annotation <driver>/cordoned-devices, "
+    "where the API server serves no DeviceTaintRule) changed: the message names the cordoned devices with their "
+    "reasons and every device withheld (a GPU with its MIG devices), or says all are published again. Pods already "
+    "using a withheld device keep it; `dra-gpu uncordon` ends it.",
     "DevicesNotPublished": "The node's ResourceSlices are refused (the API server would drop fields that make the pool "
     "unsafe, e.g. shared counters without DRAPartitionableDevices): nothing is published, and why.",
     "DriverUserspaceMissing": "The NVIDIA driver's user-space files were not found under the driver root and some GPUs "
@@ -38,6 +42,9 @@ EVENT_REASON_MEANINGS: Final[Mapping[str, str]] = {
     "GpuHealthy": "A GPU that was unhealthy is healthy again; its taint is removed.",
     "GpuUnhealthy": "A GPU became unhealthy (an XID error, ECC, a lost GPU, ...): its devices are tainted, and "
     "evicted with health.evict on. The message names the device, its UUID and the cause.",
+    "LocalCordonMalformed": "The Node's annotation <driver>/cordoned-devices is not a JSON object of device name -> "
+    "reason: every device of the node is withheld (not published) until it is fixed or removed (kubectl annotate "
+    "node NODE <driver>/cordoned-devices-).",
     "NodeRebooted": "The node's boot id changed: claims prepared before the reboot are prepared afresh.",
 }
 """Event reason -> what it means (Events are recorded on the Node)."""

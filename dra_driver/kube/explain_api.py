@@ -1,9 +1,10 @@
 """Raw-JSON reads for ``dra-gpu explain`` in live mode: what the scheduler would look at.
 
 Used by ``dra_driver.cli.explain``. Lists every ResourceSlice, DeviceClass and ResourceClaim
-(resource.k8s.io/v1) and Node, gets one Pod, ResourceClaim or ResourceClaimTemplate, all as
-plain dicts through the same transport as ``KubeSliceApi`` (so unknown fields survive and every
-failure is a ``KubeApiError``), and the server's minor release (whose scheduler rules explain follows).
+(resource.k8s.io/v1), DeviceTaintRule (whichever version is served) and Node, gets one Pod,
+ResourceClaim or ResourceClaimTemplate, all as plain dicts through the same transport as
+``KubeSliceApi`` (so unknown fields survive and every failure is a ``KubeApiError``), and the
+server's minor release (whose scheduler rules explain follows).
 Reads only: explain never writes. A list is read a page at a time, the next page fetched while
 the last one is decoded (:meth:`KubeExplainApi.list_all`).
 """
@@ -20,7 +21,8 @@ from urllib.parse import quote
 
 from dra_driver.kube.client import KubeConfigError, load_api_client
 from dra_driver.kube.rest import check_next_page, decode_object, list_page
-from dra_driver.kube.slices_api import RESOURCE_SLICES_PATH, KubeApiError, KubeSliceApi
+from dra_driver.kube.slices_api import RESOURCE_SLICES_PATH, KubeApiError
+from dra_driver.kube.taint_rules_api import KubeTaintRuleApi
 
 __all__ = ["Decode", "KubeApiError", "KubeExplainApi", "connect"]
 
@@ -30,8 +32,8 @@ Decode = Callable[[bytes], Any]
 _PAGE = 500
 
 
-class KubeExplainApi(KubeSliceApi):
-    """Cluster-wide reads of the objects allocation depends on."""
+class KubeExplainApi(KubeTaintRuleApi):
+    """Cluster-wide reads of the objects allocation depends on (DeviceTaintRules too, through ``KubeTaintRuleApi``)."""
 
     def list_all(self, path: str, decode: Decode | None = None) -> list[dict[str, Any]]:
         """Every item of a collection, following ``continue`` tokens, a page at a time.
@@ -86,10 +88,18 @@ class KubeExplainApi(KubeSliceApi):
 
     def node_labels(self) -> dict[str, dict[str, str]]:
         """Each Node's labels, by name (for slices that select nodes by label)."""
+        return {name: dict(meta.get("labels") or {}) for name, meta in self.node_metadata().items()}
+
+    def node_metadata(self) -> dict[str, dict[str, Any]]:
+        """Each Node's metadata (labels, annotations), by name."""
         return {
-            str((n.get("metadata") or {}).get("name", "")): dict((n.get("metadata") or {}).get("labels") or {})
-            for n in self.list_all("/api/v1/nodes")
+            str((n.get("metadata") or {}).get("name", "")): dict(n.get("metadata") or {}) for n in self.list_all("/api/v1/nodes")
         }
+
+    def device_taint_rules(self) -> tuple[str | None, list[dict[str, Any]]]:
+        """(the served DeviceTaintRule version, every rule); (None, []) where the server serves none."""
+        version = self.served_version()
+        return version, ([] if version is None else self.rules(version))
 
     def server_minor(self) -> int | None:
         """The API server's Kubernetes minor release (``/version``: 37 for v1.37.2); None if it does not say."""

@@ -1,7 +1,8 @@
 """DeviceTaintRules (resource.k8s.io v1, v1beta2 or v1alpha3, whichever the server serves) and a node's slices, as raw JSON.
 
-Used by ``dra_driver.cli.cordon`` (``dra-gpu cordon`` / ``uncordon``) and ``dra_driver.cli.top``
-(the cordoned devices). The API version is found by discovery, newest first: v1 (Kubernetes
+Used by ``dra_driver.cli.cordon`` (``dra-gpu cordon`` / ``uncordon``; with ``nodes``, the
+``dra_driver.kube.node_api`` reader on the same connection, for local withholding) and
+``dra_driver.cli.top`` (the cordoned devices). The API version is found by discovery, newest first: v1 (Kubernetes
 1.37, GA), v1beta2 (1.36, the ``DRADeviceTaintRules`` gate, off by default) or v1alpha3 (1.33 to
 1.35, alpha gate plus ``--runtime-config``); ``served_version`` is None when none is. Every
 failure is a ``KubeApiError``.
@@ -13,6 +14,8 @@ from typing import Any
 from urllib.parse import quote
 
 from dra_driver.kube.client import KubeConfigError, load_api_client
+from dra_driver.kube.connection import ApiConnection
+from dra_driver.kube.node_api import KubeNodeApi
 from dra_driver.kube.rest import KubeApiError, check_next_page, list_page
 from dra_driver.kube.slices_api import KubeSliceApi
 
@@ -25,7 +28,14 @@ _PAGE = 500
 
 
 class KubeTaintRuleApi(KubeSliceApi):
-    """Reads a node's slices; lists, creates, replaces and deletes DeviceTaintRules in the served version."""
+    """Reads a node's slices; lists, creates, replaces and deletes DeviceTaintRules in the served version.
+
+    ``nodes`` reads a Node and patches its annotations (local withholding, where no rule is served).
+    """
+
+    def __init__(self, conn: ApiConnection, *, request_timeout_s: float = 30.0) -> None:
+        super().__init__(conn, request_timeout_s=request_timeout_s)
+        self.nodes = KubeNodeApi(conn, timeout_s=request_timeout_s)
 
     def served_version(self) -> str | None:
         """The newest of ``TAINT_RULE_VERSIONS`` whose discovery lists devicetaintrules; None when none does."""

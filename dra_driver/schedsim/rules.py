@@ -196,6 +196,15 @@ class Rules:
         """``1.<minor>``."""
         return f"1.{self.minor}"
 
+    @property
+    def device_taint_rules(self) -> bool:
+        """Whether the scheduler applies DeviceTaintRules to the slices' devices (``allocator/taint_rules.py``).
+
+        From 1.35 its ``DRADeviceTaintRules`` gate (beta, off in 1.36; GA in 1.37), in 1.34 the
+        ``DRADeviceTaints`` gate; either way only where taints are checked at all.
+        """
+        return self.device_taints and (self.minor == 34 or self.gate("DRADeviceTaintRules"))
+
     def gate(self, name: str) -> bool:
         """The scheduler's value of one gate of the release's table (False for one it does not know)."""
         return dict(self.gates).get(name, False)

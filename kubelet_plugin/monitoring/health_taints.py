@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 import structlog
 
+from dra_driver.appkit.device_publisher import DevicePublisher
 from dra_driver.core.health import HealthBook, TaintPolicy, tainted_devices
 from dra_driver.core.mig_publish import Publication
 from dra_driver.core.schema import DeviceSpec
@@ -32,14 +32,6 @@ log = structlog.get_logger(__name__)
 MIN_EFFECT_NONE_MINOR = 35
 """The taint effect ``None``, and 16 taints per device (not 4), exist from Kubernetes 1.35 on."""
 OLD_MAX_TAINTS = 4
-
-
-class DevicePublisher(Protocol):
-    """What this needs from ``SlicePublisher``."""
-
-    def set_devices(self, devices: list[DeviceSpec], counter_sets: list[dict[str, object]] | None = None) -> None:
-        """State the pool's devices."""
-        ...
 
 
 def policy_for(minor: int | None, *, evict_fatal: bool, withhold: bool) -> TaintPolicy:

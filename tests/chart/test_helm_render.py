@@ -169,6 +169,7 @@ def test_daemonset_fake_mode(helm: Helm) -> None:
         "GC_INTERVAL": "600",
         "RETRY_WAITING_PODS": "true",
         "DEVICE_PLUGIN_CHECK_INTERVAL": "30",
+        "LOCAL_CORDON_CHECK_INTERVAL": "10",
         "METRICS_PORT": "9420",
         "USAGE_INTERVAL": "10",
         "HEALTH": "auto",

@@ -1,7 +1,8 @@
 """The chart's platform-admin ClusterRole (templates/clusterrole-platform-admin.yaml), as Helm renders it.
 
 Off by default; on, exactly what ``dra-gpu cordon`` / ``uncordon`` call (dra_driver/kube/taint_rules_api.py):
-read slices, read and write DeviceTaintRules, nothing else, and no binding.
+read slices, read and write DeviceTaintRules, read and patch Nodes (local withholding where
+DeviceTaintRules are not served), nothing else, and no binding.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ ROLE = "dra-gpu-platform-admin"
 ADMIN_RULES = [
     rule(["resource.k8s.io"], ["resourceslices"], ["get", "list", "watch"]),
     rule(["resource.k8s.io"], ["devicetaintrules"], ["get", "list", "watch", "create", "update", "delete"]),
+    rule([""], ["nodes"], ["get", "patch"]),  # local withholding: the Node's cordon annotation (dra_driver/cli/cordon_local.py)
 ]
 
 
@@ -23,7 +25,7 @@ def test_the_platform_admin_role_is_off_by_default_and_with_rbac_off(helm: Helm)
     assert ROLE not in by_kind(helm.template("rbac.create=false", "rbac.platformAdmin.create=true"), "ClusterRole")
 
 
-def test_on_it_grants_slices_read_and_taint_rules_write_and_nothing_else(helm: Helm) -> None:
+def test_on_it_grants_slices_read_taint_rules_write_node_patch_and_nothing_else(helm: Helm) -> None:
     docs = helm.template("rbac.platformAdmin.create=true")
     role = by_kind(docs, "ClusterRole")[ROLE]
     assert rule_set(role["rules"]) == rule_set(ADMIN_RULES)

@@ -12,6 +12,7 @@ anything. Per input (a node's slices and the cluster's rules, mutated by the sha
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from dra_driver.core.cordon import (
     rule_for,
     same_rule,
 )
+from dra_driver.core.local_cordon import annotation_key
 from dra_driver.kube import taint_rules_api
 from dra_driver.kube.rest import KubeApiError
 from tests.fuzz import harness
@@ -101,12 +103,44 @@ def test_the_readers_return_devices_and_rules_or_a_cordon_error() -> None:
     assert rep.accepted > rep.inputs // 4
 
 
+_ANNOTATIONS: tuple[Any, ...] = (
+    None,
+    '{"gpu-0": "fan"}',
+    "not json",
+    '{"gpu-0": 5}',
+    '["gpu-0"]',
+    '{"gpu-0\\n": "x"}',
+    "{" * 5000,
+    7,
+)
+"""Local-cordon annotations the Node answers with, one per case in turn: absent, valid and hostile."""
+_TURN = itertools.count()
+
+
+class _Nodes:
+    """The Node reads and annotation writes of a local cordon, answering a hostile annotation."""
+
+    def __init__(self, annotation: Any) -> None:
+        self._annotation = annotation
+        self.written: list[tuple[str, str | None]] = []
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        annotations = {} if self._annotation is None else {annotation_key(DRIVER): self._annotation}
+        return {"metadata": {"name": name, "resourceVersion": "3", "annotations": annotations}}
+
+    def set_annotation(self, name: str, key: str, value: str | None, *, resource_version: str) -> dict[str, Any]:
+        assert name == NODE and key == annotation_key(DRIVER), f"asked to annotate {name!r} with {key!r}"
+        self.written.append((key, value))
+        return self.get_node(name)
+
+
 class _Api:
     """The calls the commands make, answering hostile slices and rules; what it was asked to write is recorded."""
 
     def __init__(self, slices: Any, rules: Any) -> None:
         self._slices, self._rules = slices, rules
         self.written: list[str] = []
+        self.nodes = _Nodes(_ANNOTATIONS[next(_TURN) % len(_ANNOTATIONS)])
 
     def served_version(self) -> str | None:
         return "v1"

@@ -204,6 +204,12 @@ class FakeExplainApi:
     def node_labels(self) -> dict[str, dict[str, str]]:
         return {"node-a": {"kubernetes.io/hostname": "node-a"}}
 
+    def node_metadata(self) -> dict[str, dict[str, Any]]:
+        return {name: {"labels": labels} for name, labels in self.node_labels().items()}
+
+    def device_taint_rules(self) -> tuple[str | None, list[dict[str, Any]]]:
+        return None, []
+
 
 def test_hostile_live_objects_give_input_errors_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Live mode: the pod, its template and the cluster's objects as a (fake) API server returns them."""

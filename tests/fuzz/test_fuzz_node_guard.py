@@ -16,6 +16,7 @@ import random
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from dra_driver.appkit.device_plugin_guard import DevicePluginGuard
 from dra_driver.core.device_plugin_conflict import (
     Guard,
     NodeShapeError,
@@ -26,7 +27,6 @@ from dra_driver.core.device_plugin_conflict import (
 from dra_driver.core.quantity import QuantityError, parse_quantity
 from dra_driver.core.schema import DeviceSpec
 from dra_driver.files.checkpoint_store import Notice
-from kubelet_plugin.monitoring.device_plugin_guard import DevicePluginGuard
 from tests.fuzz import harness
 
 

@@ -16,6 +16,7 @@ from dra_driver.schedsim.allocator.node_selection import node_matches
 from dra_driver.schedsim.allocator.pools import Pool, slice_spec
 from dra_driver.schedsim.allocator.shapes import NOT_STORED, SelectorOutcome
 from dra_driver.schedsim.allocator.simulate import NodeAllocator
+from dra_driver.schedsim.allocator.taint_rules import untolerated_text
 
 
 def explain_request(allocator: NodeAllocator, ci: int, req: Request) -> list[Candidate]:
@@ -128,6 +129,6 @@ def _after_selectors(
             a.node,
             name,
             "unavailable",
-            f"taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')} is not tolerated",
+            untolerated_text(taint),
         )
     return Candidate(a.node, name, "match", "")

@@ -25,6 +25,7 @@ from dra_driver.schedsim.allocator.objects import read_node_labels, read_slice
 from dra_driver.schedsim.allocator.pools import SliceIndex, gather_pools
 from dra_driver.schedsim.allocator.shapes import ShapeCache
 from dra_driver.schedsim.allocator.simulate import SEARCH_BUDGET_S, NodeAllocator
+from dra_driver.schedsim.allocator.taint_rules import apply_taint_rules, read_taint_rules
 from dra_driver.schedsim.allocator.validate import (
     MAX_ALLOCATED_CLAIMS,
     MAX_CLASSES,
@@ -109,6 +110,7 @@ def explain(
     node_labels: Mapping[str, Mapping[str, str]] | None = None,
     *,
     rules: Rules = NEWEST,
+    taint_rules: Sequence[Mapping[str, Any]] = (),
 ) -> Explanation:
     """Simulate scheduling ``claims`` (one pod's, in pod order) against the cluster state given.
 
@@ -117,9 +119,14 @@ def explain(
     ``node_labels`` (by node name) serve slices that select nodes by label; without them a node
     has only its ``kubernetes.io/hostname`` label. Raises :class:`InvalidObject` for an object
     of the wrong shape or an input beyond the bounds in ``validate.py``.
+
+    ``taint_rules``: the DeviceTaintRules; where ``rules`` say the scheduler applies them, their
+    taints are added to the devices they select (``taint_rules.py``), naming the rule.
     """
     memo = DeviceMemo()  # devices of one shape share their checked parts; views take their conversion errors from it
     claims, slices, classes, allocated, node_labels = read_inputs(claims, slices, classes, allocated, node_labels, memo=memo)
+    if rules.device_taint_rules and taint_rules:
+        slices = apply_taint_rules(slices, read_taint_rules(taint_rules, class_selectors=rules.minor == 34))
     pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
     done = [c for c in claims if (c.get("status") or {}).get("allocation")]
     try:

@@ -214,6 +214,12 @@ class _Cluster:
     def node_labels(self) -> dict[str, dict[str, str]]:
         return {"node-a": {}}
 
+    def node_metadata(self) -> dict[str, dict[str, Any]]:
+        return {name: {"labels": labels} for name, labels in self.node_labels().items()}
+
+    def device_taint_rules(self) -> tuple[str | None, list[dict[str, Any]]]:
+        return None, []
+
 
 def test_live_mode_says_which_gate_values_it_assumed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(explain_api, "connect", lambda _kubeconfig: _Cluster(_claim("150100u")))

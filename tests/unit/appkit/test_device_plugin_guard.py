@@ -1,4 +1,4 @@
-"""The coexistence guard between the publication and the slice publisher (``kubelet_plugin.monitoring.device_plugin_guard``).
+"""The coexistence guard between the publication and the slice publisher (``dra_driver.appkit.device_plugin_guard``).
 
 Fakes: a recording publisher, a Node the test edits, a Node read that can fail, an Event recorder.
 """
@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from dra_driver.appkit.device_plugin_guard import DevicePluginGuard
+from dra_driver.appkit.node_guards import guard_publisher
 from dra_driver.core.device_plugin_conflict import Guard
 from dra_driver.core.schema import Attr, DeviceSpec
 from dra_driver.files.checkpoint_store import Notice
-from kubelet_plugin.monitoring.device_plugin_guard import DevicePluginGuard, guarded
 from kubelet_plugin.settings import parse
 
 DEVICES = [DeviceSpec(f"gpu-{i}", {"type": Attr("string", "gpu")}, {}) for i in range(8)]
@@ -160,9 +161,12 @@ def test_interval_zero_turns_the_guard_off() -> None:
     pub = Recorder()
     events: list[Notice] = []
     with capture_logs() as logs:
-        got = guarded(pub, node_name="n", interval_s=0, api_client=None, notify=events.append, stop=threading.Event())
+        got = guard_publisher(
+            pub, node_name="n", driver="d", device_plugin_interval_s=0, local_cordon_interval_s=0, api_client=None,
+            notify=events.append, stop=threading.Event(),
+        )  # fmt: skip
     assert got is pub
-    assert [entry["event"] for entry in logs] == ["device_plugin_guard_disabled"]
+    assert [entry["event"] for entry in logs] == ["local_cordon_disabled", "device_plugin_guard_disabled"]
 
 
 def test_the_interval_flag_defaults_to_30s_and_refuses_negative_or_nan(

@@ -1,7 +1,8 @@
 """The coexistence guard: no devices published while NVIDIA's device plugin serves GPUs on this node.
 
-Sits between the publication (``kubelet_plugin.monitoring.health_taints.TaintedPublication``, which
-calls ``set_devices``) and the slice publisher (``dra_driver.appkit.publisher``): it keeps the
+Sits between the publication (the kubelet plugin's ``kubelet_plugin.monitoring.health_taints.TaintedPublication``,
+or the standalone controller's device list, which call ``set_devices``) and the slice publisher
+(``dra_driver.appkit.publisher``, behind ``dra_driver.appkit.local_cordon``): it keeps the
 latest device list and passes it on only while the Node shows no device plugin's GPU resource;
 otherwise it publishes an empty pool (existing slices lose their devices). ``run`` reads the Node
 every ``--device-plugin-check-interval`` seconds and decides with
@@ -9,7 +10,9 @@ every ``--device-plugin-check-interval`` seconds and decides with
 first read, and a Node that cannot be read keeps the last decision. A conflict and its end are
 logged (``device_plugin_conflict``, ``device_plugin_conflict_cleared``) and raised as Node Events.
 
-Wired by ``kubelet_plugin.main`` (``guarded``) when the publisher starts.
+Wired by ``kubelet_plugin.main`` and ``controller.main`` (through ``dra_driver.appkit.node_guards``)
+when the publisher starts: the controller publishes a node's slices that a kubelet plugin with
+``publishSlices=false`` prepares, so a device plugin on that node would double-allocate there too.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from dra_driver.appkit.device_publisher import DevicePublisher
 from dra_driver.core.device_plugin_conflict import (
     Change,
     Guard,
@@ -31,7 +35,6 @@ from dra_driver.core.device_plugin_conflict import (
 )
 from dra_driver.core.schema import DeviceSpec
 from dra_driver.files.checkpoint_store import Notice
-from kubelet_plugin.monitoring.health_taints import DevicePublisher
 
 log = structlog.get_logger(__name__)
 
@@ -126,26 +129,3 @@ class DevicePluginGuard:
             wait = self._interval_s if decision.state is not Guard.UNKNOWN else min(self._interval_s, UNKNOWN_RETRY_S)
             if stop.wait(wait):
                 return
-
-
-def guarded(
-    publisher: DevicePublisher,
-    *,
-    node_name: str,
-    interval_s: float,
-    api_client: Any,
-    notify: Callable[[Notice], None],
-    stop: threading.Event,
-) -> DevicePublisher:
-    """``publisher`` behind a running guard (its thread started), or ``publisher`` itself when ``interval_s`` is 0."""
-    if interval_s <= 0:
-        log.info("device_plugin_guard_disabled")
-        return publisher
-    from dra_driver.kube.node_api import KubeNodeApi
-
-    nodes = KubeNodeApi(api_client)
-    guard = DevicePluginGuard(
-        publisher, node_name=node_name, read_node=lambda: nodes.get_node(node_name), notify=notify, interval_s=interval_s
-    )
-    threading.Thread(target=guard.run, args=(stop,), name="device-plugin-guard", daemon=True).start()
-    return guard
