@@ -32,8 +32,9 @@ $(PRODUCT_STAMP): pyproject.toml
 
 # Kubernetes components built from source (cached under ~/.cache/dra-gpu/k8s-<version>), Helm,
 # Kueue's manager with its CRDs and webhook manifests (~/.cache/dra-gpu/kueue-<version>), and the
-# container runtime the installed-path e2e and the demo run pods on (containerd + CNI + pause, cached under ~/.cache/dra-gpu/runtime-<version>; runc, mmdebstrap and buildah from
-# Debian's packages, installed when missing).
+# container runtime the installed-path e2e and the demo run pods on (containerd + CNI + pause,
+# cached under ~/.cache/dra-gpu/runtime-<version>; runc, mmdebstrap and buildah from Debian's
+# packages, installed when missing).
 k8s:
 	scripts/host-tools.sh
 	testkit/go/build.sh >/dev/null
