@@ -25,12 +25,13 @@ import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dra_driver.core.mig import parse_mig_device_name
+from dra_driver.core.mig import parse_mig_device_name, profile_slug
 from e2e.test_kubelet_node import events, wait_until
 from testkit.claimdata import DRIVER
 from testkit.cluster import LocalCluster
@@ -74,6 +75,19 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in conds_of(obj) if c["type"] == kind and c["status"] == "True"), None)
 
 
+def listed(c: LocalCluster, path: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = c.api("GET", path)["items"]
+    return items
+
+
+def gone(c: LocalCluster, path: str) -> bool:
+    return not listed(c, path)
+
+
+def active(c: LocalCluster, cluster_queue: str) -> dict[str, Any] | None:
+    return condition(c.api("GET", f"{GROUP}/clusterqueues/{cluster_queue}"), "Active")
+
+
 @pytest.fixture(scope="module")
 def quotas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quotas]:
     tmp = tmp_path_factory.mktemp("kueue")
@@ -98,17 +112,10 @@ def quotas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quotas]:
                 templates = [o for f in ("gpu-job.yaml", "mig-job.yaml") for o in load(DEMO / f) if o["kind"] != "Job"]
                 for ns in (TEAM_A, TEAM_B):
                     apply(c, [{**t, "metadata": {**t["metadata"], "namespace": ns}} for t in templates])
-                    wait_until(
-                        f"the default ServiceAccount of {ns}",
-                        lambda ns=ns: c.api("GET", f"/api/v1/namespaces/{ns}/serviceaccounts")["items"],
-                        q.diagnostics,
-                    )
+                    accounts = f"/api/v1/namespaces/{ns}/serviceaccounts"
+                    wait_until(f"the default ServiceAccount of {ns}", partial(listed, c, accounts), q.diagnostics)
                 for cq in ("team-a", "team-b"):
-                    wait_until(
-                        f"ClusterQueue {cq} to be active",
-                        lambda cq=cq: condition(c.api("GET", f"{GROUP}/clusterqueues/{cq}"), "Active"),
-                        q.diagnostics,
-                    )
+                    wait_until(f"ClusterQueue {cq} to be active", partial(active, c, cq), q.diagnostics)
                 yield q
                 kueue.check_alive()
                 node.check_alive()
@@ -208,14 +215,10 @@ def delete_jobs(q: Quotas) -> None:
     for ns in (TEAM_A, TEAM_B):
         q.c.api("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs?propagationPolicy=Background")
     for ns in (TEAM_A, TEAM_B):
-        wait_until(
-            f"{ns}'s workloads to be gone",
-            lambda ns=ns: not q.c.api("GET", f"{GROUP}/namespaces/{ns}/workloads")["items"],
-            q.diagnostics,
-        )
+        wait_until(f"{ns}'s workloads to be gone", partial(gone, q.c, f"{GROUP}/namespaces/{ns}/workloads"), q.diagnostics)
         wait_until(
             f"{ns}'s pods to be gone",
-            lambda ns=ns: not q.c.api("GET", f"/api/v1/namespaces/{ns}/pods")["items"],
+            partial(gone, q.c, f"/api/v1/namespaces/{ns}/pods"),
             q.diagnostics,
             timeout=90,
         )
@@ -224,6 +227,17 @@ def delete_jobs(q: Quotas) -> None:
 def test_jobs_over_a_teams_gpu_quota_wait_queued_and_are_admitted_when_a_job_finishes(quotas: Quotas) -> None:
     q = quotas
     latencies = []
+    # Team A's MIG quota: one 1g.10gb slice; team B has none to lend.
+    m1 = submit(q, "mig-job.yaml", TEAM_A, "eval-1")
+    wl, seconds = admitted(q, m1)
+    latencies.append(seconds)
+    assert usage(wl) == {"nvidia.com/mig-1g.10gb": "1"}, wl["status"]["admission"]  # counted through the profile's class
+    slice_ = parse_mig_device_name(allocated_device(q, m1))
+    assert slice_ is not None and slice_.slug == profile_slug("1g.10gb"), slice_
+    m2 = submit(q, "mig-job.yaml", TEAM_A, "eval-2")
+    assert_queued(q, m2, "nvidia.com/mig-1g.10gb")
+
+    # Team B: 2 GPUs. train-1 runs 10 s, train-2 until deleted; train-3 waits for train-1's GPU.
     b1 = submit(q, "gpu-job.yaml", TEAM_B, "train-1", exit_after="10s")
     wl, seconds = admitted(q, b1)
     latencies.append(seconds)
@@ -232,34 +246,24 @@ def test_jobs_over_a_teams_gpu_quota_wait_queued_and_are_admitted_when_a_job_fin
     latencies.append(admitted(q, b2)[1])
     devices = {allocated_device(q, b1), allocated_device(q, b2)}
     assert len(devices) == 2 and all(parse_mig_device_name(d) is None for d in devices), devices
-
     b3 = submit(q, "gpu-job.yaml", TEAM_B, "train-3")
     why = assert_queued(q, b3, "nvidia.com/gpu")
 
-    # Team A's MIG quota: one 1g.10gb slice; team B has none to lend.
-    m1 = submit(q, "mig-job.yaml", TEAM_A, "eval-1")
-    wl, seconds = admitted(q, m1)
-    latencies.append(seconds)
-    assert usage(wl) == {"nvidia.com/mig-1g.10gb": "1"}, wl["status"]["admission"]
-    slice_ = parse_mig_device_name(allocated_device(q, m1))
-    assert slice_ is not None and slice_.profile == "1g.10gb", slice_
-    m2 = submit(q, "mig-job.yaml", TEAM_A, "eval-2")
-    assert_queued(q, m2, "nvidia.com/mig-1g.10gb")
-
     # train-1's container exits: the Job completes (not failed) and train-3 gets its GPU.
-    done = poll(
-        "train-1 to complete",
-        lambda: condition(q.c.api("GET", f"/apis/batch/v1/namespaces/{TEAM_B}/jobs/train-1"), "Complete"),
-        q,
-        timeout=90,
-    )
+    def train1_complete() -> dict[str, Any] | None:
+        assert not condition(workload(q, b3) or {}, "Admitted"), "train-3 was admitted while train-1 ran"
+        return condition(q.c.api("GET", f"/apis/batch/v1/namespaces/{TEAM_B}/jobs/train-1"), "Complete")
+
+    done = poll("train-1 to complete", train1_complete, q, timeout=90)
     t_done = time.monotonic()
     wl3 = poll("train-3 to be admitted", lambda: (w := workload(q, b3)) and condition(w, "Admitted") and w, q)
     handover = time.monotonic() - t_done
     assert usage(wl3) == {"nvidia.com/gpu": "1"}
     assert condition(workload(q, b1) or {}, "Finished"), "train-1's Workload is not Finished"
-    assert allocated_device(q, b3) not in {allocated_device(q, b2)}
-    assert not condition(q.c.api("GET", f"/apis/batch/v1/namespaces/{TEAM_A}/jobs/eval-2"), "Failed")
+    allocated_device(q, b3)
+    for job in (m2,):  # still waiting, still not failed
+        assert not condition(q.c.api("GET", f"/apis/batch/v1/namespaces/{job.ns}/jobs/{job.name}"), "Failed")
+        assert not condition(workload(q, job) or {}, "Admitted")
     print(
         f"\nKueue admission (v0.17.0, v1.37.2, 1 node, 8 fake H100s): Job created -> Workload Admitted "
         f"{', '.join(f'{s:.2f}s' for s in latencies)} (median {statistics.median(latencies):.2f}s); "
