@@ -94,7 +94,7 @@ def install_crds(cluster: LocalCluster, timeout: float = 60.0) -> list[str]:
     for name in names:
         while not any(
             c["type"] == "Established" and c["status"] == "True"
-            for c in cluster.api("GET", f"{CRDS}/{name}").get("status", {}).get("conditions", [])
+            for c in cluster.api("GET", f"{CRDS}/{name}").get("status", {}).get("conditions") or []
         ):
             if time.monotonic() > deadline:
                 raise ClusterError(f"CRD {name} not Established after {timeout:.0f}s")
