@@ -14,8 +14,9 @@ gpu-job.yaml and mig-job.yaml, renamed, with the fake runtime's exit time added.
 failed) while two run; when one finishes its GPU goes to the waiting Job. Team A's second MIG Job
 waits likewise. (2) Borrowing: with team B idle, team A runs four one-GPU Jobs, two of them on team
 B's quota; a fifth waits, and so does a Job of team B (nothing reclaims lent quota without preemption).
-Admission latencies go to stdout (``-s``): Job created -> Workload admitted, and a Job's completion
--> the waiting Job's Workload admitted; docs/perf/2026-11-28-kueue.md has figures.
+Admission latencies go to stdout (``-s``): Job created -> its Workload seen, Admitted, its pod
+Running (polled every 50 ms), and a Job's completion -> the waiting Job's Workload Admitted;
+docs/perf/2026-11-28-kueue.md has figures.
 """
 
 from __future__ import annotations
@@ -162,10 +163,35 @@ def poll(what: str, probe: Any, q: Quotas, timeout: float = 60.0) -> Any:
     return value
 
 
-def admitted(q: Quotas, job: Submitted) -> tuple[dict[str, Any], float]:
-    """Wait for ``job``'s Workload to be admitted: (the Workload, seconds from the Job's creation)."""
+@dataclass
+class Admission:
+    """Seconds from a Job's creation to its Workload seen, Admitted, and the Job's pod Running."""
+
+    workload: float
+    admitted: float
+    running: float
+
+    def __str__(self) -> str:
+        return f"{self.workload:.2f}/{self.admitted:.2f}/{self.running:.2f}"
+
+
+def admitted(q: Quotas, job: Submitted) -> tuple[dict[str, Any], Admission]:
+    """Wait for ``job``'s Workload to be admitted and its pod to run: (the Workload, when each happened)."""
+    poll(f"{job.ns}/{job.name}'s Workload", lambda: workload(q, job), q)
+    seen = time.monotonic() - job.posted
     wl = poll(f"{job.ns}/{job.name} to be admitted", lambda: (w := workload(q, job)) and condition(w, "Admitted") and w, q)
-    return wl, time.monotonic() - job.posted
+    at = time.monotonic() - job.posted
+    poll(f"{job.ns}/{job.name}'s pod to run", lambda: any(p["status"].get("phase") == "Running" for p in pods_of(q, job)), q)
+    return wl, Admission(seen, at, time.monotonic() - job.posted)
+
+
+def summary(admissions: list[Admission]) -> str:
+    """Median of each figure, and every Job's created -> Workload / Admitted / pod Running."""
+    medians = [statistics.median(getattr(a, f) for a in admissions) for f in ("workload", "admitted", "running")]
+    return (
+        f"Job created -> Workload {medians[0]:.2f}s, -> Admitted {medians[1]:.2f}s, -> pod Running {medians[2]:.2f}s "
+        f"(medians of {len(admissions)}; each: {', '.join(map(str, admissions))})"
+    )
 
 
 def assert_queued(q: Quotas, job: Submitted, resource: str) -> str:
@@ -226,7 +252,7 @@ def delete_jobs(q: Quotas) -> None:
 
 def test_jobs_over_a_teams_gpu_quota_wait_queued_and_are_admitted_when_a_job_finishes(quotas: Quotas) -> None:
     q = quotas
-    latencies = []
+    latencies: list[Admission] = []
     # Team A's MIG quota: one 1g.10gb slice; team B has none to lend.
     m1 = submit(q, "mig-job.yaml", TEAM_A, "eval-1")
     wl, seconds = admitted(q, m1)
@@ -258,6 +284,8 @@ def test_jobs_over_a_teams_gpu_quota_wait_queued_and_are_admitted_when_a_job_fin
     t_done = time.monotonic()
     wl3 = poll("train-3 to be admitted", lambda: (w := workload(q, b3)) and condition(w, "Admitted") and w, q)
     handover = time.monotonic() - t_done
+    poll("train-3's pod to run", lambda: any(p["status"].get("phase") == "Running" for p in pods_of(q, b3)), q)
+    handover_running = time.monotonic() - t_done
     assert usage(wl3) == {"nvidia.com/gpu": "1"}
     assert condition(workload(q, b1) or {}, "Finished"), "train-1's Workload is not Finished"
     allocated_device(q, b3)
@@ -265,9 +293,9 @@ def test_jobs_over_a_teams_gpu_quota_wait_queued_and_are_admitted_when_a_job_fin
         assert not condition(q.c.api("GET", f"/apis/batch/v1/namespaces/{job.ns}/jobs/{job.name}"), "Failed")
         assert not condition(workload(q, job) or {}, "Admitted")
     print(
-        f"\nKueue admission (v0.17.0, v1.37.2, 1 node, 8 fake H100s): Job created -> Workload Admitted "
-        f"{', '.join(f'{s:.2f}s' for s in latencies)} (median {statistics.median(latencies):.2f}s); "
-        f"train-1 Complete ({done['lastTransitionTime']}) -> queued train-3 Admitted {handover:.2f}s; "
+        f"\nKueue admission (v0.17.0, v1.37.2, 1 node, 8 fake H100s): {summary(latencies)}; "
+        f"train-1 Complete ({done['lastTransitionTime']}) -> queued train-3 Admitted {handover:.2f}s, "
+        f"its pod Running {handover_running:.2f}s; "
         f"queued because: {why[:110]}"
     )
     delete_jobs(q)
@@ -275,7 +303,7 @@ def test_jobs_over_a_teams_gpu_quota_wait_queued_and_are_admitted_when_a_job_fin
 
 def test_a_team_borrows_the_cohorts_unused_gpus_and_waits_beyond_them(quotas: Quotas) -> None:
     q = quotas
-    latencies = []
+    latencies: list[Admission] = []
     jobs = [submit(q, "gpu-job.yaml", TEAM_A, f"sweep-{i}") for i in range(1, 2)]
     latencies.append(admitted(q, jobs[0])[1])
     for i in range(2, 5):  # 2 of team A's own GPUs, then 2 of team B's
@@ -300,6 +328,6 @@ def test_a_team_borrows_the_cohorts_unused_gpus_and_waits_beyond_them(quotas: Qu
     assert_queued(q, lender, "nvidia.com/gpu")
     print(
         f"\nKueue borrowing: team-a runs 4 GPUs on a nominal quota of 2 (borrowed {gpu['borrowed']}); "
-        f"Job created -> Admitted {', '.join(f'{s:.2f}s' for s in latencies)}; the 5th and team-b's Job wait"
+        f"{summary(latencies)}; the 5th and team-b's Job wait"
     )
     delete_jobs(q)
