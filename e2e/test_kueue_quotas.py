@@ -14,6 +14,8 @@ gpu-job.yaml and mig-job.yaml, renamed, with the fake runtime's exit time added.
 failed) while two run; when one finishes its GPU goes to the waiting Job. Team A's second MIG Job
 waits likewise. (2) Borrowing: with team B idle, team A runs four one-GPU Jobs, two of them on team
 B's quota; a fifth waits, and so does a Job of team B (nothing reclaims lent quota without preemption).
+(3) A Job written for the device plugin (``nvidia.com/gpu: 1``, no claim) counts against the same
+quota as the claims of gpu.dra-gpu.dev, and gets a dra-gpu GPU through the class's extendedResourceName.
 Admission latencies go to stdout (``-s``): Job created -> its Workload seen, Admitted, its pod
 Running (polled every 50 ms), and a Job's completion -> the waiting Job's Workload Admitted;
 docs/perf/2026-11-28-kueue.md has figures.
@@ -330,4 +332,25 @@ def test_a_team_borrows_the_cohorts_unused_gpus_and_waits_beyond_them(quotas: Qu
         f"\nKueue borrowing: team-a runs 4 GPUs on a nominal quota of 2 (borrowed {gpu['borrowed']}); "
         f"{summary(latencies)}; the 5th and team-b's Job wait"
     )
+    delete_jobs(q)
+
+
+def test_a_device_plugin_style_job_counts_against_the_same_gpu_quota(quotas: Quotas) -> None:
+    q = quotas
+    b1 = submit(q, "gpu-job.yaml", TEAM_B, "train-1")
+    admitted(q, b1)
+    legacy = submit(q, "device-plugin-style-job.yaml", TEAM_B, "legacy-1")
+    wl, timing = admitted(q, legacy)
+    assert usage(wl) == {"nvidia.com/gpu": "1"}, wl["status"]["admission"]
+    # The scheduler wrote the pod's claim from the class's extendedResourceName and allocated our GPU.
+    (pod,) = pods_of(q, legacy)
+    assert pod["status"].get("extendedResourceClaimStatus"), pod["status"]
+    claim = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+    got = q.c.api("GET", f"{RESOURCE}/namespaces/{TEAM_B}/resourceclaims/{claim}")
+    (result,) = got["status"]["allocation"]["devices"]["results"]
+    assert result["driver"] == DRIVER and parse_mig_device_name(result["device"]) is None, result
+    # Team B's 2 GPUs are in use, one asked for each way: the next Job of either kind waits.
+    assert_queued(q, submit(q, "device-plugin-style-job.yaml", TEAM_B, "legacy-2"), "nvidia.com/gpu")
+    assert_queued(q, submit(q, "gpu-job.yaml", TEAM_B, "train-2"), "nvidia.com/gpu")
+    print(f"\nKueue, a device-plugin-style Job: created -> Workload/Admitted/pod Running {timing}s")
     delete_jobs(q)
