@@ -31,14 +31,16 @@ $(PRODUCT_STAMP): pyproject.toml
 	rm -f $(PRODUCT_VENV)/.installed-*; touch $@
 
 # Kubernetes components built from source (cached under ~/.cache/dra-gpu/k8s-<version>), Helm,
-# and the container runtime the installed-path e2e and the demo run pods on (containerd + CNI +
-# pause, cached under ~/.cache/dra-gpu/runtime-<version>; runc, mmdebstrap and buildah from
-# Debian's packages, installed when missing).
+# Kueue's manager with its CRDs and webhook manifests (~/.cache/dra-gpu/kueue-<version>), and the
+# container runtime the installed-path e2e and the demo run pods on (containerd + CNI + pause,
+# cached under ~/.cache/dra-gpu/runtime-<version>; runc, mmdebstrap and buildah from Debian's
+# packages, installed when missing).
 k8s:
 	scripts/host-tools.sh
 	testkit/go/build.sh >/dev/null
 	testkit/go/helm/build.sh >/dev/null
 	testkit/go/promtool/build.sh >/dev/null
+	testkit/go/kueue/build.sh >/dev/null
 	testkit/go/runtime/build.sh >/dev/null
 
 # The dra-gpu image and the demo's shell image, from deploy/container/Dockerfile without Docker

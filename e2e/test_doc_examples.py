@@ -6,9 +6,10 @@ What is found (testkit/docs_examples.py, nothing listed here): every ```yaml fen
 is applied to a real kube-apiserver with a server-side dry run (server-side apply, ``dryRun=All``,
 ``force=true``: ``kubectl apply --server-side --dry-run=server --force-conflicts``), so the API
 server's validation and admission judge it; its resource is found through API discovery, so a kind
-the server does not serve fails. The namespaces the objects name are created first, and the
+the server does not serve fails. The namespaces the objects name are created first, the
 chart's cluster objects (its DeviceClasses gpu., mig., mig-<profile>. and shared.gpu.dra-gpu.dev,
-RBAC, policies) are installed with Helm as a user would.
+RBAC, policies) are installed with Helm as a user would, and Kueue's CRDs (testkit/go/kueue/build.sh
+copies them from its module) for demo/kueue/.
 
 Convention (docs/development/docs-conventions.md): a block that is not a complete object on its
 own (a part of one, a kubelet or Helm config) carries ``<!-- example: fragment -->`` on the line
@@ -64,6 +65,7 @@ from testkit.docs_examples import (
     yaml_examples,
 )
 from testkit.helm_cli import Helm
+from testkit.kueue import install_crds
 
 NODE = "node-a"
 CHART_SETS = ("kubeletPlugin.enabled=false", "mig.strategy=static", "sharing.consumable=true")
@@ -77,6 +79,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """API server, scheduler, controller-manager; the chart's cluster objects; node-a publishing 8 fake H100s."""
     with LocalCluster(with_scheduler=True, with_controller_manager=True, log_dir=tmp_path_factory.mktemp("docs-logs")) as c:
         Helm.built(tmp_path_factory.mktemp("helm-home")).install(c, *CHART_SETS)
+        install_crds(c)  # demo/kueue/ and docs/guides/team-quotas-kueue.md: ClusterQueue, LocalQueue, ...
         c.add_node(NODE)
         for s in inventory_slices(fake_gpus="h100x8", node_name=NODE, driver=DEFAULT_DRIVER_NAME):
             c.api("POST", SLICES, s)

@@ -22,6 +22,10 @@ _PLURALS: dict[tuple[str, str], tuple[str, bool]] = {
     ("resource.k8s.io/v1", "DeviceClass"): ("/apis/resource.k8s.io/v1/deviceclasses", False),
     ("resource.k8s.io/v1", "ResourceClaim"): ("/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", True),
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates", True),
+    # demo/kueue/ (Kueue's CRDs: testkit.kueue.install_crds)
+    ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"): ("/apis/kueue.x-k8s.io/v1beta2/resourceflavors", False),
+    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"): ("/apis/kueue.x-k8s.io/v1beta2/clusterqueues", False),
+    ("kueue.x-k8s.io/v1beta2", "LocalQueue"): ("/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/localqueues", True),
 }
 
 

@@ -8,6 +8,10 @@
 // container's annotations, environment, mounts and devices.  The e2e tests read
 // that file to see what a real runtime would have been told to inject.
 //
+// A container runs until the kubelet stops it, unless its environment has
+// FAKECRI_EXIT_AFTER (a Go duration, "2s"): it then exits that long after it
+// started, with FAKECRI_EXIT_CODE (default 0), so Jobs' pods complete.
+//
 //	fakecri --listen /tmp/x/cri.sock --record /tmp/x/cri-records.jsonl
 package main
 
@@ -66,7 +70,61 @@ type recordingRuntime struct {
 	*fake.RemoteRuntime
 	mu     sync.Mutex
 	out    *os.File
-	logDir string // container logs when the kubelet names no log path
+	logDir string          // container logs when the kubelet names no log path
+	exits  map[string]exit // containers that exit by themselves, by id (under mu)
+}
+
+// exit is when (after its start) and how a container exits by itself.
+type exit struct {
+	after time.Duration
+	code  int32
+}
+
+// exitOf reads FAKECRI_EXIT_AFTER and FAKECRI_EXIT_CODE from a container's environment.
+func exitOf(envs map[string]string) (exit, bool) {
+	after, err := time.ParseDuration(envs["FAKECRI_EXIT_AFTER"])
+	if envs["FAKECRI_EXIT_AFTER"] == "" || err != nil {
+		return exit{}, false
+	}
+	var code int32
+	if c := envs["FAKECRI_EXIT_CODE"]; c != "" {
+		if _, err := fmt.Sscanf(c, "%d", &code); err != nil {
+			log.Printf("FAKECRI_EXIT_CODE %q: %v", c, err)
+		}
+	}
+	return exit{after: after, code: code}, true
+}
+
+// StartContainer starts the container as the upstream fake does and, for one that
+// exits by itself, marks it exited (with its code) once its time is up; the
+// kubelet's PLEG sees the change on its next relist.
+func (r *recordingRuntime) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	resp, err := r.RemoteRuntime.StartContainer(ctx, req)
+	if err != nil {
+		return resp, err
+	}
+	id := req.GetContainerId()
+	r.mu.Lock()
+	e, ok := r.exits[id]
+	delete(r.exits, id)
+	r.mu.Unlock()
+	if ok {
+		time.AfterFunc(e.after, func() {
+			rs := r.RuntimeService
+			rs.Lock()
+			defer rs.Unlock()
+			if c, found := rs.Containers[id]; found && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				c.State = runtimeapi.ContainerState_CONTAINER_EXITED
+				c.FinishedAt = time.Now().UnixNano()
+				c.ExitCode = e.code
+				c.Reason = "Completed"
+				if e.code != 0 {
+					c.Reason = "Error"
+				}
+			}
+		})
+	}
+	return resp, err
 }
 
 func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
@@ -104,6 +162,11 @@ func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.
 	}
 	for _, d := range cfg.GetDevices() {
 		rec.Devices = append(rec.Devices, device{d.GetHostPath(), d.GetContainerPath(), d.GetPermissions()})
+	}
+	if e, ok := exitOf(rec.Envs); ok && err == nil {
+		r.mu.Lock()
+		r.exits[rec.ContainerID] = e
+		r.mu.Unlock()
 	}
 	r.write(rec)
 	return resp, err
@@ -183,7 +246,7 @@ func run(listen, recordPath, fsRoot string) error {
 	defer out.Close()
 
 	upstream := fake.NewFakeRemoteRuntime() // its own gRPC server stays unused
-	rt := &recordingRuntime{RemoteRuntime: upstream, out: out, logDir: filepath.Join(fsRoot, "container-logs")}
+	rt := &recordingRuntime{RemoteRuntime: upstream, out: out, logDir: filepath.Join(fsRoot, "container-logs"), exits: map[string]exit{}}
 	rt.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 		{Type: runtimeapi.RuntimeReady, Status: true},
 		{Type: runtimeapi.NetworkReady, Status: true},
