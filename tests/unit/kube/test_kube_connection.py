@@ -138,15 +138,21 @@ def test_a_yaml_kubeconfig_reaches_the_server_as_its_json_twin_does(server: Serv
     assert _get(load_api_client(str(cfg)), server)["auth"] == "Bearer y4ml"
 
 
-def test_a_json_kubeconfig_is_read_without_loading_the_yaml_parser(server: Server, tmp_path: Path) -> None:
-    """A fresh interpreter: the YAML parser (about 0.9 MiB resident) loads only for a kubeconfig that is not JSON."""
-    cfg = _kubeconfig(tmp_path / "kubeconfig", {"server": server.url}, {"token": "t"})
+def test_a_json_kubeconfig_and_a_tls_call_load_neither_the_yaml_parser_nor_the_idna_codec(server: Server, tmp_path: Path) -> None:
+    """A fresh interpreter: the YAML parser (about 0.9 MiB resident) loads only for a kubeconfig that is
+    not JSON, and an ASCII server name is dialled and verified without the IDNA codec (``unicodedata``)."""
+    cfg = _kubeconfig(
+        tmp_path / "kubeconfig", {"server": server.url, "certificate-authority": str(server.certs.ca)}, {"token": "t"}
+    )
     code = (
-        "import sys; from dra_driver.kube.client import load_api_client; "
-        f"load_api_client({str(cfg)!r}); print(sorted(m for m in sys.modules if m.split('.')[0] == 'yaml'))"
+        "import sys; from dra_driver.kube.client import load_api_client; from dra_driver.kube.rest import RestApi; "
+        f"conn = load_api_client({str(cfg)!r}); "
+        "assert RestApi(conn).call('GET', '/api/v1/namespaces/default')['metadata']['name'] == 'default'; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'yaml' or m in ('encodings.idna', 'unicodedata')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+    assert server.seen.requests[-1]["auth"] == "Bearer t"
 
 
 def test_a_client_certificate_from_data_is_presented_and_no_token_is_sent(server: Server, tmp_path: Path) -> None:
