@@ -16,7 +16,11 @@ and measures both with one gRPC client (the DRA v1 stubs in ``proto/dra/v1``):
   prepared concurrently from ``--threads`` threads, then unprepared likewise: claims/s, errors,
   and the peak RSS (VmHWM, reset through ``/proc/<pid>/clear_refs`` just before the burst).
 
-Prints one table, metric | dra-gpu | Go peer | ratio (dra-gpu / peer), and the machine facts.
+dra-gpu's plugin is given the cluster's kubeconfig rewritten as JSON (``bench.peer.drivers.json_kubeconfig``):
+in a pod it reads none, and a JSON one does not load the YAML parser into the memory measured.
+
+Prints one table, metric | dra-gpu | Go peer | ratio (dra-gpu / peer), the goals (issue 32's plugin
+floor among them: idle RSS within 1.1x the peer's, DRA socket in 0.25 s) and the machine facts.
 Latency percentiles pool every run's calls; the other figures are medians over runs. Without Go
 or the peer's source (or with ``--no-peer``) it prints dra-gpu's figures alone and says why.
 Every process it started is stopped on exit, on exceptions, on SIGINT/SIGTERM and at the

@@ -5,11 +5,14 @@ Built by ``bench.peer.run.run_bench``; started and timed by ``bench.peer.measure
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+import yaml
 
 from testkit.claimdata import DRIVER as OUR_DRIVER
 from testkit.peer_process import PEER_DRIVER, PeerProcess
@@ -65,6 +68,19 @@ class Driver:
         raise NotImplementedError
 
 
+def json_kubeconfig(kubeconfig: Path) -> Path:
+    """The same kubeconfig written as JSON beside it (relative paths stay valid), for dra-gpu's plugin.
+
+    In a pod the plugin reads no kubeconfig (its service account); here it must, and the plugin
+    parses a JSON kubeconfig without loading the YAML parser (``dra_driver.kube.client``), so its
+    resident memory is that of an installed plugin rather than of one reading a YAML file. The
+    peer reads the YAML original.
+    """
+    out = kubeconfig.with_name(kubeconfig.name + ".json")
+    out.write_text(json.dumps(yaml.safe_load(kubeconfig.read_text())))
+    return out
+
+
 class OurDriver(Driver):
     """dra-gpu's plugin through PluginProcess; its blocking start() runs in a thread while we poll."""
 
@@ -72,7 +88,7 @@ class OurDriver(Driver):
     driver = OUR_DRIVER
 
     def __init__(self, kubeconfig: Path, python: Path | None = None) -> None:
-        self.kubeconfig = kubeconfig
+        self.kubeconfig = json_kubeconfig(kubeconfig)
         self.python = python
         self.plugin: PluginProcess | None = None
         self._thread: threading.Thread | None = None

@@ -141,6 +141,22 @@ def goals(o: Figures, p: Figures | None, burst: int) -> list[str]:
             f"  burst CPU ceiling here: {cores} cores / {per_claim:.2f} ms per claim (driver + API server and etcd + client)"
             f" = {cores * 1000 / per_claim:.0f} claims/s at most"
         )
+    return out + floor_goals(o, p)
+
+
+def floor_goals(o: Figures, p: Figures | None) -> list[str]:
+    """Issue 32's plugin floor: idle RSS within 1.1x the peer's in this run, DRA socket in 0.25 s (median of the starts).
+
+    The start goal is for a quiet machine: the load average printed with the machine facts says whether this one was.
+    """
+    socket_s = med(o.socket_s)
+    out = [
+        f"plugin floor (issue 32, {len(o.socket_s)} starts):",
+        f"  start -> DRA socket <= 0.25 s (median, quiet machine): {socket_s:.3g}: {_mark(socket_s <= 0.25)}",
+    ]
+    if p is not None:
+        ours, peer = med(o.idle_rss_mib), med(p.idle_rss_mib)
+        out.append(f"  idle RSS <= 1.1x the peer's: {ours:.3g} vs {peer:.3g} ({ours / peer:.2f}x): {_mark(ours <= 1.1 * peer)}")
     return out
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import os
 import ssl
 from pathlib import Path
@@ -79,8 +80,11 @@ def _named(doc: dict[str, Any], kind: str, name: str, where: Path) -> dict[str, 
 
 
 def _read_kubeconfig(path: Path) -> dict[str, Any]:
-    import yaml
+    """The kubeconfig's document: JSON when it is JSON (a subset of YAML), else YAML.
 
+    The YAML parser is loaded only for a kubeconfig that is not JSON (about 0.9 MiB of a daemon's
+    resident memory; in a pod the plugin reads no kubeconfig at all).
+    """
     try:
         with path.open("rb") as f:
             raw = f.read(MAX_KUBECONFIG_BYTES + 1)
@@ -89,12 +93,21 @@ def _read_kubeconfig(path: Path) -> dict[str, Any]:
     if len(raw) > MAX_KUBECONFIG_BYTES:
         raise KubeConfigError(f"kubeconfig {path} is over {MAX_KUBECONFIG_BYTES} bytes")
     try:
-        doc = yaml.safe_load(raw)
-    except yaml.YAMLError as err:
-        raise KubeConfigError(f"kubeconfig {path} is not YAML: {str(err)[:200]}") from err
+        doc = json.loads(raw)
+    except ValueError:
+        doc = _yaml_document(raw, path)
     if not isinstance(doc, dict):
         raise KubeConfigError(f"kubeconfig {path} is not a mapping")
     return doc
+
+
+def _yaml_document(raw: bytes, path: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise KubeConfigError(f"kubeconfig {path} is not YAML: {str(err)[:200]}") from err
 
 
 def _from_kubeconfig(path: Path) -> ApiConnection:

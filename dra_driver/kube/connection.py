@@ -30,7 +30,10 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
+
+from dra_driver.core.hostnames import socket_host
 
 USER_AGENT = "dra-gpu"
 TOKEN_REREAD_S = 60.0
@@ -116,11 +119,17 @@ class _HttpsConnection(http.client.HTTPSConnection):
         super().__init__(host, port, context=context, timeout=timeout)
         self._tls = context  # the base class keeps it too, as a private attribute typeshed does not declare
         self._server_name = server_name
+        self._create_connection = _dial  # the base class's hook for dialling (socket.create_connection)
 
     def connect(self) -> None:
         http.client.HTTPConnection.connect(self)  # TCP, and the proxy's CONNECT tunnel if any
         name = self._server_name or getattr(self, "_tunnel_host", None) or self.host
-        self.sock = self._tls.wrap_socket(self.sock, server_hostname=name)
+        self.sock = self._tls.wrap_socket(self.sock, server_hostname=socket_host(name))
+
+
+def _dial(address: tuple[str, int], *args: Any) -> socket.socket:
+    """``socket.create_connection`` with an ASCII host as bytes (``dra_driver.core.hostnames``: no IDNA codec)."""
+    return socket.create_connection((socket_host(address[0]), address[1]), *args)  # type: ignore[arg-type]
 
 
 class Response:

@@ -58,6 +58,7 @@ from typing import Final, TypeVar
 
 import structlog
 
+from dra_driver.core.hostnames import socket_host
 from dra_driver.obs.http_session import EVICTABLE, Conn, Phase, Session
 from dra_driver.obs.http_types import Authorize, Handler, Limits, Request, TlsSource
 
@@ -317,7 +318,7 @@ class HttpServer:
 
 def _bind(host: str, port: int) -> socket.socket:
     """A listening-ready socket on ``host:port`` (``::`` is every address, IPv4 too); OSError if it cannot be."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    infos = socket.getaddrinfo(socket_host(host), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, address = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import socket
 import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -30,6 +31,8 @@ from dra_driver.kube.client import KubeConfigError, _in_cluster, load_api_client
 from dra_driver.kube.connection import TokenSource, _proxy_for
 from dra_driver.kube.rest import KubeApiError, RestApi
 from testkit.webhookcerts import Certs, make_certs
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -121,6 +124,35 @@ def test_a_kubeconfig_token_and_relative_ca_path_reach_the_server(server: Server
     cfg = _kubeconfig(tmp_path / "kubeconfig", {"server": server.url, "certificate-authority": "pki/ca.crt"}, {"token": "t0k"})
     seen = _get(load_api_client(str(cfg)), server)
     assert seen == {"path": "/api/v1/namespaces/default?a=b+c", "auth": "Bearer t0k", "cn": ""}
+
+
+def test_a_yaml_kubeconfig_reaches_the_server_as_its_json_twin_does(server: Server, tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_bytes(server.certs.ca.read_bytes())
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: c\n  cluster:\n    server: {server.url}\n    certificate-authority: ca.crt\n"
+        "users:\n- name: u\n  user:\n    token: y4ml\n"
+        "contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
+    )
+    assert _get(load_api_client(str(cfg)), server)["auth"] == "Bearer y4ml"
+
+
+def test_a_json_kubeconfig_and_a_tls_call_load_neither_the_yaml_parser_nor_the_idna_codec(server: Server, tmp_path: Path) -> None:
+    """A fresh interpreter: the YAML parser (about 0.9 MiB resident) loads only for a kubeconfig that is
+    not JSON, and an ASCII server name is dialled and verified without the IDNA codec (``unicodedata``)."""
+    cfg = _kubeconfig(
+        tmp_path / "kubeconfig", {"server": server.url, "certificate-authority": str(server.certs.ca)}, {"token": "t"}
+    )
+    code = (
+        "import sys; from dra_driver.kube.client import load_api_client; from dra_driver.kube.rest import RestApi; "
+        f"conn = load_api_client({str(cfg)!r}); "
+        "assert RestApi(conn).call('GET', '/api/v1/namespaces/default')['metadata']['name'] == 'default'; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'yaml' or m in ('encodings.idna', 'unicodedata')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+    assert server.seen.requests[-1]["auth"] == "Bearer t"
 
 
 def test_a_client_certificate_from_data_is_presented_and_no_token_is_sent(server: Server, tmp_path: Path) -> None:
