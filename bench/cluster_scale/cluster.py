@@ -12,7 +12,9 @@ dynamic MIG's counters need, among them). Two things differ from the e2e tests' 
 * the controller manager runs the resourceclaim controller only (claims from templates), as
   scheduler_perf does; the pods' service account is created by the bench, not by a controller.
 
-``cpu_seconds`` reads each component's CPU time from /proc, for where the two cores went.
+``cpu_seconds`` reads each component's CPU time from /proc, for where the two cores went. The
+scheduler serves its CPU profile (``/debug/pprof``, ``--profiling`` is on by default) to the
+bench's admin token on ``scheduler_url``; ``bench.cluster_scale.pprof`` records it.
 """
 
 from __future__ import annotations
@@ -32,9 +34,12 @@ class ScaleCluster(LocalCluster):
     def __init__(self, *, qps: int, log_dir: Path | None = None) -> None:
         super().__init__(with_scheduler=True, with_controller_manager=True, controllers=CONTROLLERS, log_dir=log_dir)
         self.qps = qps
+        self.scheduler_url = ""  # https://127.0.0.1:PORT once the scheduler is started
 
     def _component_args(self, name: str, port: int) -> list[str | Path]:
         args = super()._component_args(name, port)
+        if name == "kube-scheduler":
+            self.scheduler_url = f"https://127.0.0.1:{port}"
         if self.qps > 0:
             args += [f"--kube-api-qps={self.qps}", f"--kube-api-burst={self.qps}"]
         return args

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.cluster_scale.lean import lean
 from dra_driver.appkit.inventory import node_publication
 from dra_driver.appkit.publisher import SlicePublisher
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
@@ -31,7 +32,17 @@ from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
 
 FAKE_PROFILE = "h100x8"  # the demo's nodes
-LAYOUTS = {"full": MigStrategy.NONE, "mig": MigStrategy.DYNAMIC}
+RECOMMENDED_PROFILES = ("1g.10gb", "3g.40gb", "7g.80gb")
+"""The recommended dynamic-MIG selection (docs/guides): the smallest, half and whole GPU, every placement."""
+LAYOUTS: dict[str, tuple[MigStrategy, tuple[str, ...]]] = {
+    "full": (MigStrategy.NONE, ()),
+    "mig": (MigStrategy.DYNAMIC, ()),  # every profile
+    "mig-rec": (MigStrategy.DYNAMIC, RECOMMENDED_PROFILES),
+    "mig-families": (MigStrategy.DYNAMIC, ("1g", "3g", "7g")),  # the families: 1g.20gb and 1g.10gb+me too
+}
+LEAN = "-lean"
+"""A MIG layout's name with this suffix: the same publication less the counters that never bind (``lean``)."""
+LAYOUTS |= {f"{name}{LEAN}": v for name, v in LAYOUTS.items() if v[0] is MigStrategy.DYNAMIC}
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 
 
@@ -42,9 +53,10 @@ def node_name(i: int) -> str:
 def publication(node: str, layout: str) -> Publication:
     """What dra-gpu publishes for ``node`` (8 fake H100s) under ``layout``: the controller's own path."""
     gpus = FakeGpuSource(FAKE_PROFILE, node).gpus()
-    strategy = LAYOUTS[layout]
+    strategy, profiles = LAYOUTS[layout]
     backend = make_mig_backend(fake=True, gpus=gpus) if strategy is not MigStrategy.NONE else None
-    return node_publication(gpus, strategy, backend)
+    pub = node_publication(gpus, strategy, backend, mig_profiles=profiles)
+    return lean(pub) if layout.endswith(LEAN) else pub
 
 
 @dataclass
