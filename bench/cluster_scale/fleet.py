@@ -3,7 +3,9 @@
 Used by ``bench.cluster_scale.run``. Each node is a Ready Node object (no kubelet, as in
 scheduler_perf) whose pool is what dra-gpu's controller would publish for 8 fake H100s: the
 publication comes from ``dra_driver.appkit.inventory.node_publication`` (``mig``: dynamic MIG
-over the MIG simulator, 8 GPUs and 200 placements with shared counters; ``full``: MIG strategy
+over the MIG simulator, 8 GPUs and 200 placements with shared counters; ``mig-rec``: dynamic MIG
+with the recommended ``--mig-profiles 1g.10gb,3g.40gb,7g.80gb``, 8 GPUs and 80 placements;
+``mig-families``: ``--mig-profiles 1g,3g,7g``, 8 GPUs and 168 placements; ``full``: MIG strategy
 none, 8 GPUs), and a ``SlicePublisher`` writes it through ``KubeSliceApi`` with a client of its
 own from ``load_api_client(kubeconfig)``, as each node's controller or plugin would. Every
 publisher runs its loop (and its watch) in threads of this process until ``stop``.
@@ -19,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.cluster_scale.lean import lean
 from dra_driver.appkit.inventory import node_publication
 from dra_driver.appkit.publisher import SlicePublisher
 from dra_driver.core.driver import DEFAULT_DRIVER_NAME
@@ -40,9 +41,6 @@ LAYOUTS: dict[str, tuple[MigStrategy, tuple[str, ...]]] = {
     "mig-rec": (MigStrategy.DYNAMIC, RECOMMENDED_PROFILES),
     "mig-families": (MigStrategy.DYNAMIC, ("1g", "3g", "7g")),  # the families: 1g.20gb and 1g.10gb+me too
 }
-LEAN = "-lean"
-"""A MIG layout's name with this suffix: the same publication less the counters that never bind (``lean``)."""
-LAYOUTS |= {f"{name}{LEAN}": v for name, v in LAYOUTS.items() if v[0] is MigStrategy.DYNAMIC}
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 
 
@@ -55,8 +53,7 @@ def publication(node: str, layout: str) -> Publication:
     gpus = FakeGpuSource(FAKE_PROFILE, node).gpus()
     strategy, profiles = LAYOUTS[layout]
     backend = make_mig_backend(fake=True, gpus=gpus) if strategy is not MigStrategy.NONE else None
-    pub = node_publication(gpus, strategy, backend, mig_profiles=profiles)
-    return lean(pub) if layout.endswith(LEAN) else pub
+    return node_publication(gpus, strategy, backend, mig_profiles=profiles)
 
 
 @dataclass
