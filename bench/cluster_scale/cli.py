@@ -70,6 +70,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="record the scheduler's CPU profile while scheduling and print its top N functions, cumulative and flat "
         "(default 25; 0: none)",
     )
+    p.add_argument(
+        "--stock-gates",
+        action="store_true",
+        help="the release's default feature gates (alpha gates off) instead of every DRA gate on",
+    )
     p.add_argument("--log-dir", type=Path, help="keep component and publisher logs here (default: dropped)")
     return p.parse_args(argv)
 
@@ -98,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     qps = f"{args.qps}" if args.qps > 0 else "the components' defaults (scheduler 50, controller manager 20)"
     settings = [
         f"settings: {args.pods} pods per scenario from {args.create_threads} threads; scheduler and controller-manager "
-        f"client QPS/burst {qps}; steady window {args.steady:.0f}s; {args.explain_runs} explain runs",
+        f"client QPS/burst {qps}; steady window {args.steady:.0f}s; {args.explain_runs} explain runs; feature gates: "
+        + ("the release's defaults" if args.stock_gates else "every DRA gate on"),
     ]
     scenarios: list[Scenario] = []
     cluster: ScaleCluster | None = None
@@ -113,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for layout in args.layouts:
                     s = Scenario(layout, nodes)
                     scenarios.append(s)
-                    cluster = ScaleCluster(qps=args.qps, log_dir=log_dir_for(args.log_dir, s))
+                    cluster = ScaleCluster(qps=args.qps, log_dir=log_dir_for(args.log_dir, s), stock=args.stock_gates)
                     try:
                         run_scenario(s, args, cluster)
                     except (ClusterError, TimeoutError, OSError) as err:

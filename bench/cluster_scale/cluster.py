@@ -2,7 +2,8 @@
 
 Used by ``bench.cluster_scale.run``. The components are the cached Kubernetes binaries with every
 DRA feature gate they know on (``LocalCluster``'s default mode: DRAPartitionableDevices, which
-dynamic MIG's counters need, among them). Two things differ from the e2e tests' clusters:
+dynamic MIG's counters need, among them), or with ``stock`` the release's default gates (alpha
+ones off, as a managed cluster runs). Two things differ from the e2e tests' clusters:
 
 * the scheduler and the controller manager talk to the API server at ``qps``/``burst`` (5000 by
   default, what scheduler_perf gives its in-process scheduler and resourceclaim controller);
@@ -31,8 +32,8 @@ SCHEDULER_PERF_QPS = 5000
 class ScaleCluster(LocalCluster):
     """etcd, kube-apiserver, kube-scheduler and kube-controller-manager (resourceclaim controller only)."""
 
-    def __init__(self, *, qps: int, log_dir: Path | None = None) -> None:
-        super().__init__(with_scheduler=True, with_controller_manager=True, controllers=CONTROLLERS, log_dir=log_dir)
+    def __init__(self, *, qps: int, log_dir: Path | None = None, stock: bool = False) -> None:
+        super().__init__(with_scheduler=True, with_controller_manager=True, controllers=CONTROLLERS, log_dir=log_dir, stock=stock)
         self.qps = qps
         self.scheduler_url = ""  # https://127.0.0.1:PORT once the scheduler is started
 

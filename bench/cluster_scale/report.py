@@ -216,5 +216,5 @@ def machine_facts() -> list[str]:
         f"machine: {cores} cores ({usable} usable), {mem} memory, load average {load} at start, "
         f"{platform.machine()} {platform.release()}",
         f"python {platform.python_version()}; Kubernetes {K8S_VERSION} (etcd, kube-apiserver, kube-scheduler, "
-        "kube-controller-manager), every DRA feature gate the binaries know on",
+        "kube-controller-manager), feature gates as the settings line says",
     ]

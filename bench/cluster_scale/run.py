@@ -108,9 +108,10 @@ def run_scenario(s: Scenario, args: argparse.Namespace, cluster: ScaleCluster) -
         s.publisher_errors = len(fleet.errors())
         say(f"steady state: writes {s.writes}")
 
-        probe_pod(api, template)
-        s.explain = time_explain(cluster.kubeconfig, args.explain_runs, args.explain_timeout)
-        say(f"explain: {s.explain.seconds}")
+        if args.explain_runs > 0:
+            probe_pod(api, template)
+            s.explain = time_explain(cluster.kubeconfig, args.explain_runs, args.explain_timeout)
+            say(f"explain: {s.explain.seconds}")
         if args.pprof:
             s.pprof = profile.top(args.pprof)
     finally:
