@@ -1,6 +1,6 @@
 """Benchmark: dra-gpu's pools at cluster scale, scheduled by the real kube-scheduler (issue 14).
 
-Run as ``python -m bench.cluster_scale [--nodes 100,500] [--pods 1000] [--layouts full,mig]
+Run as ``python -m bench.cluster_scale [--nodes 100,500] [--pods 1000] [--layouts full,mig-rec,mig]
 [--deadline S]`` from the repository root. For each node count and layout, on a fresh control
 plane (``testkit.cluster.LocalCluster``: etcd, kube-apiserver, kube-scheduler, and
 kube-controller-manager for the resourceclaim controller; every DRA feature gate on; no

@@ -44,11 +44,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--layouts",
         type=_layouts,
-        default=["full", "mig"],
-        help="comma separated (default full,mig): full (MIG strategy none), mig (dynamic MIG, every profile), "
+        default=["full", "mig-rec", "mig"],
+        help="comma separated (default full,mig-rec,mig): full (MIG strategy none), mig (dynamic MIG, every profile), "
         "mig-rec (dynamic MIG, --mig-profiles 1g.10gb,3g.40gb,7g.80gb), mig-families (--mig-profiles 1g,3g,7g)",
     )
-    p.add_argument("--deadline", type=int, default=3600, help="seconds for the whole run; then everything is stopped")
+    p.add_argument("--deadline", type=int, default=5400, help="seconds for the whole run; then everything is stopped")
     p.add_argument("--bind-timeout", type=float, default=900.0, help="seconds one scenario waits for its pods to bind")
     p.add_argument("--publish-timeout", type=float, default=600.0, help="seconds one scenario waits for its pools")
     p.add_argument("--steady", type=float, default=30.0, help="seconds of the steady-state window")
