@@ -107,8 +107,10 @@ bench: venv k8s $(PRODUCT_STAMP)
 	$(VENV)/bin/python -m bench.plots --peer docs/perf/data/peer.json --out docs/perf/img
 
 # The real kube-scheduler over 100 and 500 fake nodes publishing 8-GPU pools (full GPUs, dynamic
-# MIG): scheduling throughput, steady-state API writes, explain's time (bench/cluster_scale/,
-# about 40 minutes on 2 cores; --nodes/--layouts/--pods to narrow it).
+# MIG with the recommended profiles and with every profile): scheduling throughput, the
+# scheduler's CPU per pod against full GPUs' and its CPU profile, steady-state API writes,
+# explain's time (bench/cluster_scale/, about an hour on 2 cores; --nodes/--layouts/--pods to
+# narrow it).
 bench-scale: venv k8s
 	$(VENV)/bin/python -m bench.cluster_scale $(BENCH_SCALE_ARGS)
 

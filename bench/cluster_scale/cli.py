@@ -41,8 +41,14 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.cluster_scale", description=doc.split("\n")[0] if doc else None)
     p.add_argument("--nodes", type=_ints, default=[100, 500], help="node counts, comma separated (default 100,500)")
     p.add_argument("--pods", type=int, default=1000, help="pods per scenario (at most what the cluster holds)")
-    p.add_argument("--layouts", type=_layouts, default=["full", "mig"], help="full, mig, or both (default full,mig)")
-    p.add_argument("--deadline", type=int, default=3600, help="seconds for the whole run; then everything is stopped")
+    p.add_argument(
+        "--layouts",
+        type=_layouts,
+        default=["full", "mig-rec", "mig"],
+        help="comma separated (default full,mig-rec,mig): full (MIG strategy none), mig (dynamic MIG, every profile), "
+        "mig-rec (dynamic MIG, --mig-profiles 1g.10gb,3g.40gb,7g.80gb), mig-families (--mig-profiles 1g,3g,7g)",
+    )
+    p.add_argument("--deadline", type=int, default=5400, help="seconds for the whole run; then everything is stopped")
     p.add_argument("--bind-timeout", type=float, default=900.0, help="seconds one scenario waits for its pods to bind")
     p.add_argument("--publish-timeout", type=float, default=600.0, help="seconds one scenario waits for its pools")
     p.add_argument("--steady", type=float, default=30.0, help="seconds of the steady-state window")
@@ -55,6 +61,19 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=SCHEDULER_PERF_QPS,
         help=f"kube-api-qps and -burst of scheduler and controller manager (default {SCHEDULER_PERF_QPS}, as "
         "scheduler_perf; 0: the components' defaults)",
+    )
+    p.add_argument(
+        "--pprof",
+        type=int,
+        default=25,
+        metavar="N",
+        help="record the scheduler's CPU profile while scheduling and print its top N functions, cumulative and flat "
+        "(default 25; 0: none)",
+    )
+    p.add_argument(
+        "--stock-gates",
+        action="store_true",
+        help="the release's default feature gates (alpha gates off) instead of every DRA gate on",
     )
     p.add_argument("--log-dir", type=Path, help="keep component and publisher logs here (default: dropped)")
     return p.parse_args(argv)
@@ -84,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     qps = f"{args.qps}" if args.qps > 0 else "the components' defaults (scheduler 50, controller manager 20)"
     settings = [
         f"settings: {args.pods} pods per scenario from {args.create_threads} threads; scheduler and controller-manager "
-        f"client QPS/burst {qps}; steady window {args.steady:.0f}s; {args.explain_runs} explain runs",
+        f"client QPS/burst {qps}; steady window {args.steady:.0f}s; {args.explain_runs} explain runs; feature gates: "
+        + ("the release's defaults" if args.stock_gates else "every DRA gate on"),
     ]
     scenarios: list[Scenario] = []
     cluster: ScaleCluster | None = None
@@ -99,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for layout in args.layouts:
                     s = Scenario(layout, nodes)
                     scenarios.append(s)
-                    cluster = ScaleCluster(qps=args.qps, log_dir=log_dir_for(args.log_dir, s))
+                    cluster = ScaleCluster(qps=args.qps, log_dir=log_dir_for(args.log_dir, s), stock=args.stock_gates)
                     try:
                         run_scenario(s, args, cluster)
                     except (ClusterError, TimeoutError, OSError) as err:

@@ -2,7 +2,8 @@
 
 Used by ``bench.cluster_scale.run``. The components are the cached Kubernetes binaries with every
 DRA feature gate they know on (``LocalCluster``'s default mode: DRAPartitionableDevices, which
-dynamic MIG's counters need, among them). Two things differ from the e2e tests' clusters:
+dynamic MIG's counters need, among them), or with ``stock`` the release's default gates (alpha
+ones off, as a managed cluster runs). Two things differ from the e2e tests' clusters:
 
 * the scheduler and the controller manager talk to the API server at ``qps``/``burst`` (5000 by
   default, what scheduler_perf gives its in-process scheduler and resourceclaim controller);
@@ -12,7 +13,9 @@ dynamic MIG's counters need, among them). Two things differ from the e2e tests' 
 * the controller manager runs the resourceclaim controller only (claims from templates), as
   scheduler_perf does; the pods' service account is created by the bench, not by a controller.
 
-``cpu_seconds`` reads each component's CPU time from /proc, for where the two cores went.
+``cpu_seconds`` reads each component's CPU time from /proc, for where the two cores went. The
+scheduler serves its CPU profile (``/debug/pprof``, ``--profiling`` is on by default) to the
+bench's admin token on ``scheduler_url``; ``bench.cluster_scale.pprof`` records it.
 """
 
 from __future__ import annotations
@@ -29,12 +32,15 @@ SCHEDULER_PERF_QPS = 5000
 class ScaleCluster(LocalCluster):
     """etcd, kube-apiserver, kube-scheduler and kube-controller-manager (resourceclaim controller only)."""
 
-    def __init__(self, *, qps: int, log_dir: Path | None = None) -> None:
-        super().__init__(with_scheduler=True, with_controller_manager=True, controllers=CONTROLLERS, log_dir=log_dir)
+    def __init__(self, *, qps: int, log_dir: Path | None = None, stock: bool = False) -> None:
+        super().__init__(with_scheduler=True, with_controller_manager=True, controllers=CONTROLLERS, log_dir=log_dir, stock=stock)
         self.qps = qps
+        self.scheduler_url = ""  # https://127.0.0.1:PORT once the scheduler is started
 
     def _component_args(self, name: str, port: int) -> list[str | Path]:
         args = super()._component_args(name, port)
+        if name == "kube-scheduler":
+            self.scheduler_url = f"https://127.0.0.1:{port}"
         if self.qps > 0:
             args += [f"--kube-api-qps={self.qps}", f"--kube-api-burst={self.qps}"]
         return args

@@ -3,7 +3,9 @@
 Used by ``bench.cluster_scale.run``. Each node is a Ready Node object (no kubelet, as in
 scheduler_perf) whose pool is what dra-gpu's controller would publish for 8 fake H100s: the
 publication comes from ``dra_driver.appkit.inventory.node_publication`` (``mig``: dynamic MIG
-over the MIG simulator, 8 GPUs and 200 placements with shared counters; ``full``: MIG strategy
+over the MIG simulator, 8 GPUs and 200 placements with shared counters; ``mig-rec``: dynamic MIG
+with the recommended ``--mig-profiles 1g.10gb,3g.40gb,7g.80gb``, 8 GPUs and 80 placements;
+``mig-families``: ``--mig-profiles 1g,3g,7g``, 8 GPUs and 168 placements; ``full``: MIG strategy
 none, 8 GPUs), and a ``SlicePublisher`` writes it through ``KubeSliceApi`` with a client of its
 own from ``load_api_client(kubeconfig)``, as each node's controller or plugin would. Every
 publisher runs its loop (and its watch) in threads of this process until ``stop``.
@@ -31,7 +33,14 @@ from dra_driver.mig_backends.select import make_mig_backend
 from dra_driver.sources.fake import FakeGpuSource
 
 FAKE_PROFILE = "h100x8"  # the demo's nodes
-LAYOUTS = {"full": MigStrategy.NONE, "mig": MigStrategy.DYNAMIC}
+RECOMMENDED_PROFILES = ("1g.10gb", "3g.40gb", "7g.80gb")
+"""The recommended dynamic-MIG selection (docs/guides): the smallest, half and whole GPU, every placement."""
+LAYOUTS: dict[str, tuple[MigStrategy, tuple[str, ...]]] = {
+    "full": (MigStrategy.NONE, ()),
+    "mig": (MigStrategy.DYNAMIC, ()),  # every profile
+    "mig-rec": (MigStrategy.DYNAMIC, RECOMMENDED_PROFILES),
+    "mig-families": (MigStrategy.DYNAMIC, ("1g", "3g", "7g")),  # the families: 1g.20gb and 1g.10gb+me too
+}
 RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 
 
@@ -42,9 +51,9 @@ def node_name(i: int) -> str:
 def publication(node: str, layout: str) -> Publication:
     """What dra-gpu publishes for ``node`` (8 fake H100s) under ``layout``: the controller's own path."""
     gpus = FakeGpuSource(FAKE_PROFILE, node).gpus()
-    strategy = LAYOUTS[layout]
+    strategy, profiles = LAYOUTS[layout]
     backend = make_mig_backend(fake=True, gpus=gpus) if strategy is not MigStrategy.NONE else None
-    return node_publication(gpus, strategy, backend)
+    return node_publication(gpus, strategy, backend, mig_profiles=profiles)
 
 
 @dataclass

@@ -52,6 +52,7 @@ class Scenario:
     steady_cpu_pct: float | None = None  # this process (the publishers) while idle, % of one core
     explain: ExplainTiming | None = None
     publisher_errors: int = 0
+    pprof: list[str] = field(default_factory=list)  # the scheduler's top functions over the scheduling window
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -59,6 +60,12 @@ class Scenario:
         if not self.bound or not self.sched_s:
             return None
         return self.bound / self.sched_s
+
+    @property
+    def sched_ms_per_pod(self) -> float | None:
+        """The scheduler's CPU milliseconds per bound pod over the scheduling window."""
+        cpu = self.cpu_sched.get("kube-scheduler")
+        return None if cpu is None or not self.bound else 1000 * cpu / self.bound
 
 
 def pct(values: Sequence[float], p: float) -> float | None:
@@ -73,13 +80,15 @@ def _f(v: float | None, fmt: str) -> str:
 
 
 COLUMNS = (
-    ("layout", 6),
+    ("layout", 12),
     ("nodes", 5),
     ("dev/node", 8),
     ("slices", 6),
     ("publish s", 9),
     ("pods", 9),
     ("pods/s", 7),
+    ("sched ms", 8),
+    ("x full", 6),
     ("floor*", 6),
     ("p50 s", 6),
     ("p99 s", 6),
@@ -88,7 +97,14 @@ COLUMNS = (
 )
 
 
-def _row(s: Scenario) -> list[str]:
+def _ratio(s: Scenario, scenarios: Sequence[Scenario]) -> str:
+    """The scheduler's CPU per pod against the ``full`` layout's at the same node count."""
+    base = next((x.sched_ms_per_pod for x in scenarios if x.layout == "full" and x.nodes == s.nodes), None)
+    mine = s.sched_ms_per_pod
+    return "-" if not base or mine is None else f"{mine / base:.1f}"
+
+
+def _row(s: Scenario, scenarios: Sequence[Scenario]) -> list[str]:
     pods = f"{s.bound}/{s.pods}" if s.pods else "-"
     writes = "-" if s.writes is None else f"{resource_total(s.writes, 'resourceslices')}/{sum(s.writes.values())}"
     ex = "-"
@@ -102,6 +118,8 @@ def _row(s: Scenario) -> list[str]:
         _f(s.publish_s, ".1f"),
         pods,
         _f(s.pods_per_s, ".1f"),
+        _f(s.sched_ms_per_pod, ".0f"),
+        _ratio(s, scenarios),
         FLOOR if s.nodes == FLOOR_NODES else "-",
         _f(pct(s.latencies, 50), ".2f"),
         _f(pct(s.latencies, 99), ".2f"),
@@ -114,7 +132,7 @@ def table(scenarios: Sequence[Scenario]) -> str:
     head = " ".join(f"{name:>{w}}" for name, w in COLUMNS)
     lines = [head, "-" * len(head)]
     for s in scenarios:
-        lines.append(" ".join(f"{cell:>{w}}" for cell, (_, w) in zip(_row(s), COLUMNS, strict=True)))
+        lines.append(" ".join(f"{cell:>{w}}" for cell, (_, w) in zip(_row(s, scenarios), COLUMNS, strict=True)))
     return "\n".join(lines)
 
 
@@ -157,6 +175,8 @@ def _details(s: Scenario) -> list[str]:
     if s.publisher_errors:
         out.append(f"  publishers with an error: {s.publisher_errors}")
     out += [f"  note: {n}" for n in s.notes]
+    if s.pprof:
+        out += ["  kube-scheduler CPU profile over the scheduling window:", *(f"    {x}" for x in s.pprof)]
     return out
 
 
@@ -167,6 +187,8 @@ def report(scenarios: Sequence[Scenario], facts: list[str], settings: list[str])
         table(scenarios),
         "",
         "pods: bound/created; pods/s: bound pods / (first pod created -> last pod bound); p50/p99: one pod's creation -> bind.",
+        "sched ms: kube-scheduler CPU milliseconds per bound pod while scheduling; x full: that against the full layout's "
+        "at the same node count (same run).",
         f"* floor: scheduler_perf's DRA thresholds at {FLOOR_NODES} nodes with 10 devices per node (claim templates, "
         "kube-scheduler with its own cores); none at 100 nodes.",
         "** writes: API writes to resourceslices / all writes in the steady-state window (goal 0 from the publishers).",
@@ -194,5 +216,5 @@ def machine_facts() -> list[str]:
         f"machine: {cores} cores ({usable} usable), {mem} memory, load average {load} at start, "
         f"{platform.machine()} {platform.release()}",
         f"python {platform.python_version()}; Kubernetes {K8S_VERSION} (etcd, kube-apiserver, kube-scheduler, "
-        "kube-controller-manager), every DRA feature gate the binaries know on",
+        "kube-controller-manager), feature gates as the settings line says",
     ]

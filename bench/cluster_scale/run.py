@@ -18,6 +18,7 @@ from bench.cluster_scale.api import Api
 from bench.cluster_scale.cluster import ScaleCluster, own_cpu_seconds
 from bench.cluster_scale.explain_probe import probe_pod, time_explain
 from bench.cluster_scale.fleet import Fleet, count_slices, publication, register_nodes
+from bench.cluster_scale.pprof import SchedulerProfile
 from bench.cluster_scale.report import Scenario
 from bench.cluster_scale.workload import Bindings, create_pods, pod, setup
 from bench.cluster_scale.writes import delta, write_counts
@@ -72,6 +73,9 @@ def run_scenario(s: Scenario, args: argparse.Namespace, cluster: ScaleCluster) -
             s.notes.append(f"{args.pods} pods asked, the cluster holds {s.capacity} of this kind: {s.pods} created")
         names = [f"pod-{i:05d}" for i in range(s.pods)]
         bindings.start()
+        profile = SchedulerProfile(cluster.scheduler_url, cluster.token, profile_dir(args.log_dir, s, cluster.workdir))
+        if args.pprof:
+            profile.start()
         cpu0, own0 = cluster.cpu_seconds(), own_cpu_seconds()
         t0 = time.monotonic()
         created = create_pods(api, names, lambda n: pod(n, template), args.create_threads)
@@ -81,6 +85,7 @@ def run_scenario(s: Scenario, args: argparse.Namespace, cluster: ScaleCluster) -
         say(f"{s.pods} pods created in {s.create_s:.1f}s; waiting for the scheduler")
         all_bound = bindings.wait(set(names), t0 + args.bind_timeout)
         cpu1, own1 = cluster.cpu_seconds(), own_cpu_seconds()
+        profile.stop()
         bound = {n: t for n, t in bindings.snapshot().items() if n in created}
         s.bound = len(bound)
         if bound:
@@ -103,9 +108,12 @@ def run_scenario(s: Scenario, args: argparse.Namespace, cluster: ScaleCluster) -
         s.publisher_errors = len(fleet.errors())
         say(f"steady state: writes {s.writes}")
 
-        probe_pod(api, template)
-        s.explain = time_explain(cluster.kubeconfig, args.explain_runs, args.explain_timeout)
-        say(f"explain: {s.explain.seconds}")
+        if args.explain_runs > 0:
+            probe_pod(api, template)
+            s.explain = time_explain(cluster.kubeconfig, args.explain_runs, args.explain_timeout)
+            say(f"explain: {s.explain.seconds}")
+        if args.pprof:
+            s.pprof = profile.top(args.pprof)
     finally:
         bindings.close()
         fleet.close()
@@ -114,3 +122,8 @@ def run_scenario(s: Scenario, args: argparse.Namespace, cluster: ScaleCluster) -
 
 def log_dir_for(root: Path | None, s: Scenario) -> Path | None:
     return None if root is None else root / f"{s.layout}-{s.nodes}"
+
+
+def profile_dir(root: Path | None, s: Scenario, workdir: Path) -> Path:
+    """Where the scheduler's profiles go: the scenario's log directory, else the cluster's (removed with it)."""
+    return (log_dir_for(root, s) or workdir) / "pprof"

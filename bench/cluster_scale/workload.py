@@ -63,7 +63,7 @@ def _written_classes() -> list[dict[str, Any]]:
 
 def claim_template(layout: str) -> dict[str, Any]:
     """The demo's ResourceClaimTemplate for ``layout``, in the bench's namespace."""
-    file, name = DEMO_TEMPLATES[layout]
+    file, name = DEMO_TEMPLATES["full" if layout == "full" else "mig"]  # every MIG layout: one 1g.10gb
     for doc in yaml.safe_load_all((REPO / "demo" / file).read_text()):
         if doc and doc.get("kind") == "ResourceClaimTemplate" and doc["metadata"]["name"] == name:
             doc["metadata"] = {"name": name, "namespace": NS}

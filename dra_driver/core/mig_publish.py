@@ -14,9 +14,15 @@ Per GPU, by ``--mig`` strategy:
   covers) and the engines and multiprocessors the largest profile has (each placement consumes
   its profile's). The full GPU consumes every counter whole. So the scheduler never hands out
   overlapping placements, never the full GPU while a slice is in use (or the reverse), and only
-  one ``+me`` instance at a time. Hopper and newer toggle MIG mode at prepare, so both the full
-  GPU and its placements are published. Ampere never toggles at run time: MIG off publishes the
-  full GPU only, MIG on the placements only.
+  one ``+me`` instance at a time. An engine or multiprocessor counter that the published
+  placements cannot exhaust (no set of them without a memory slice in common takes more than the
+  GPU has) is left out of the set and of every consumption (``published_counters``): it refuses
+  nothing the memory slices allow, and the scheduler walks every consumed counter of every device
+  of each node it filters. Every profile of an H100 keeps ``ofa-engines`` alone (the ``+me``
+  instances share one engine); ``1g.10gb,3g.40gb,7g.80gb`` keeps the memory slices alone.
+  Hopper and newer toggle MIG mode at prepare, so both the full GPU and its placements are
+  published. Ampere never toggles at run time: MIG off publishes the full GPU only, MIG on the
+  placements only.
 
 Order (the scheduler takes the first fit in the driver's order): GPUs by minor, so slices pack
 onto the lowest GPU before touching the next one and whole GPUs stay free; within a GPU, the
@@ -54,6 +60,8 @@ COUNTER_DECODERS = "decoders"
 COUNTER_ENCODERS = "encoders"
 COUNTER_JPEG_ENGINES = "jpeg-engines"
 COUNTER_OFA_ENGINES = "ofa-engines"
+MEMORY_SLICE = "memory-slice-"
+"""The prefix of a GPU's memory-slice counters (``memory-slice-0`` ...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,16 +122,40 @@ def _engine_counters(p: MigProfile) -> dict[str, int]:
 
 def gpu_counters(catalog: MigCatalog) -> dict[str, int]:
     """The whole GPU's counters: every memory slice, and the engines the largest profile has."""
-    totals: dict[str, int] = {f"memory-slice-{i}": 1 for i in range(catalog.memory_slices)}
+    totals: dict[str, int] = {f"{MEMORY_SLICE}{i}": 1 for i in range(catalog.memory_slices)}
     for p in catalog.profiles:
         for k, v in _engine_counters(p).items():
             totals[k] = max(totals.get(k, 0), v)
     return totals
 
 
+def _most_taken(published: Sequence[tuple[MigProfile, Placement]], counter: str) -> int:
+    """The most of ``counter`` that placements of ``published`` with no memory slice in common take together."""
+    best = {0: 0}  # the memory slices held (a bit mask) -> the most of the counter taken with them
+    for profile, placement in published:
+        mask = sum(1 << i for i in placement.slices())
+        take = _engine_counters(profile)[counter]
+        for held, taken in list(best.items()):  # a snapshot: each placement counted once
+            if not held & mask and taken + take > best.get(held | mask, -1):
+                best[held | mask] = taken + take
+    return max(best.values())
+
+
+def published_counters(catalog: MigCatalog, published: Sequence[tuple[MigProfile, Placement]]) -> dict[str, int]:
+    """The GPU's counter set when ``published`` are its placements: ``gpu_counters`` less what can never bind.
+
+    Every memory slice stays. An engine counter that no set of non-overlapping published
+    placements can exhaust refuses nothing the memory slices allow, so it is left out (of the set
+    and of every consumption): the same allocations stay possible, and the scheduler, which walks
+    every consumed counter of every device of each node it filters, walks fewer.
+    """
+    totals = gpu_counters(catalog)
+    return {k: v for k, v in totals.items() if k.startswith(MEMORY_SLICE) or _most_taken(published, k) > v}
+
+
 def placement_consumption(profile: MigProfile, placement: Placement) -> dict[str, int]:
     """What carving ``profile`` at ``placement`` takes from the GPU's counters (zeros left out)."""
-    used = {f"memory-slice-{i}": 1 for i in placement.slices()}
+    used = {f"{MEMORY_SLICE}{i}": 1 for i in placement.slices()}
     used.update({k: v for k, v in _engine_counters(profile).items() if v > 0})
     return used
 
@@ -192,8 +224,9 @@ def _dynamic(
     toggles = can_toggle_mig_mode(gpu)
     full_usable = toggles or not state.mode.current
     slices_usable = toggles or state.mode.current
-    sets.append({"name": counter_set_name(gpu.minor), "counters": _counters_json(gpu_counters(catalog))})
     order = [(p, pl) for p, pl in placement_order(catalog) if profile_selected(p, profiles)]
+    counters = published_counters(catalog, order if slices_usable else [])
+    sets.append({"name": counter_set_name(gpu.minor), "counters": _counters_json(counters)})
     if slices_usable and profiles and not order:
         known = ", ".join(p.name for p in catalog.profiles)
         what = "only the full GPU is published" if full_usable else "nothing of this GPU is published"
@@ -201,11 +234,12 @@ def _dynamic(
     if slices_usable:
         for profile, placement in order:
             dev = _with_extra(
-                mig_device(gpu, profile, placement, None), _consumes(gpu.minor, placement_consumption(profile, placement))
+                mig_device(gpu, profile, placement, None),
+                _consumes(gpu.minor, {k: v for k, v in placement_consumption(profile, placement).items() if k in counters}),
             )
             out.append((dev, DeviceTarget(dev.name, gpu, profile, placement, None, dynamic=True)))
     if full_usable:
-        dev = _with_extra(gpu_device(gpu), _consumes(gpu.minor, gpu_counters(catalog)))
+        dev = _with_extra(gpu_device(gpu), _consumes(gpu.minor, counters))
         out.append((dev, DeviceTarget(dev.name, gpu, dynamic=True)))
 
 
