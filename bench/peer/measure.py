@@ -108,6 +108,8 @@ class Figures:
     socket_s: list[float] = field(default_factory=list)
     slices_s: list[float] = field(default_factory=list)
     idle_rss_mib: list[float] = field(default_factory=list)
+    idle_anon_mib: list[float] = field(default_factory=list)
+    idle_file_mib: list[float] = field(default_factory=list)
     peak_rss_mib: list[float] = field(default_factory=list)
     peak_is_lifetime: bool = False
     burst_prepare_cps: list[float] = field(default_factory=list)

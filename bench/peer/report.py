@@ -75,6 +75,8 @@ def report(figs: dict[str, Figures], args: argparse.Namespace, facts: list[str],
         row("start -> DRA socket answers, s", lambda f: med(f.socket_s), ".3f"),
         row("start -> all ResourceSlices in API server, s", lambda f: med(f.slices_s), ".3f"),
         row("idle RSS after start (VmRSS), MiB", lambda f: med(f.idle_rss_mib), ".1f"),
+        row("  of it private (RssAnon), MiB", lambda f: med(f.idle_anon_mib), ".1f"),
+        row("  of it mapped files (RssFile; page-cache dependent), MiB", lambda f: med(f.idle_file_mib), ".1f"),
         row(peak, lambda f: med(f.peak_rss_mib), ".1f"),
         row(f"burst prepare ({args.burst} claims), claims/s", lambda f: med(f.burst_prepare_cps), ".1f"),
         row(f"burst unprepare ({args.burst} claims), claims/s", lambda f: med(f.burst_unprepare_cps), ".1f"),
@@ -157,6 +159,12 @@ def floor_goals(o: Figures, p: Figures | None) -> list[str]:
     if p is not None:
         ours, peer = med(o.idle_rss_mib), med(p.idle_rss_mib)
         out.append(f"  idle RSS <= 1.1x the peer's: {ours:.3g} vs {peer:.3g} ({ours / peer:.2f}x): {_mark(ours <= 1.1 * peer)}")
+        anon, peer_anon = med(o.idle_anon_mib), med(p.idle_anon_mib)
+        if anon == anon and peer_anon == peer_anon:  # both read (NaN otherwise)
+            out.append(
+                f"  (private part, RssAnon, which no page cache changes: {anon:.3g} vs {peer_anon:.3g},"
+                f" {anon / peer_anon:.2f}x; RSS counts mapped file pages, more of them when the files are cached)"
+            )
     return out
 
 

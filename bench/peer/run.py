@@ -72,6 +72,8 @@ def run_bench(
                 for d in drivers:
                     assert d.pid is not None
                     figs[d.label].idle_rss_mib.append(proc_status_kib(d.pid, "VmRSS") / 1024)
+                    figs[d.label].idle_anon_mib.append(proc_status_kib(d.pid, "RssAnon") / 1024)
+                    figs[d.label].idle_file_mib.append(proc_status_kib(d.pid, "RssFile") / 1024)
                 clients = [DraClient(d.dra_socket) for d in drivers]
                 for d, c in zip(drivers, clients, strict=True):  # warm the channel and the API clients
                     warm = seq[d.label][-1]

@@ -42,3 +42,9 @@ def test_without_the_peer_only_the_start_goal_is_judged() -> None:
         "plugin floor (issue 32, 1 starts):",
         "  start -> DRA socket <= 0.25 s (median, quiet machine): 0.41: NOT met",
     ]
+
+
+def test_the_private_part_of_idle_memory_is_shown_beside_the_rss_goal() -> None:
+    ours = {"socket_s": [0.3], "idle_rss_mib": [50.0], "idle_anon_mib": [20.0, 22.0, 21.0]}
+    lines = floor_goals(ours, {"idle_rss_mib": [45.0], "idle_anon_mib": [10.5]})
+    assert lines[-1].startswith("  (private part, RssAnon, which no page cache changes: 21 vs 10.5, 2.00x;")
