@@ -146,16 +146,3 @@ def test_the_renders_here_reach_every_env_var_the_templates_name(chart_helm: Hel
         for _, c in _daemon_containers(chart_helm.template(*sets)):
             rendered |= set(env_of(c))
     assert named - rendered == set(), "add a value set to RENDERS that renders these"
-
-
-def test_the_standalone_controller_reads_its_node_as_often_as_the_plugin(chart_helm: Helm) -> None:
-    docs = chart_helm.template(
-        "controller.enabled=true",
-        "controller.nodeName=node-a",
-        "kubeletPlugin.devicePluginCheckInterval=7",
-        "kubeletPlugin.localCordonCheckInterval=3",
-    )
-    envs = {_daemon(c): env_of(c) for _, c in _daemon_containers(docs)}
-    controller = next(env for daemon, env in envs.items() if "controller" in daemon)
-    assert controller["DEVICE_PLUGIN_CHECK_INTERVAL"] == "7"
-    assert controller["LOCAL_CORDON_CHECK_INTERVAL"] == "3"

@@ -285,16 +285,17 @@ def test_rbac_least_privilege(helm: Helm) -> None:
     assert webhook_pod["automountServiceAccountToken"] is False
 
 
-def test_device_plugin_guard_interval_reaches_the_plugin_only(helm: Helm) -> None:
-    """kubeletPlugin.devicePluginCheckInterval (0 turns the coexistence guard off) is the plugin's env, not the controller's."""
+def test_node_guard_intervals_reach_the_plugin_and_the_standalone_controller(helm: Helm) -> None:
+    """kubeletPlugin.devicePluginCheckInterval (0 turns the coexistence guard off) and localCordonCheckInterval are the
+    env of both daemons that publish a node's GPUs: the controller runs the same node guards as the plugin."""
     docs = helm.template(
-        "gpus.fake.profile=h100x8", "kubeletPlugin.devicePluginCheckInterval=0", "controller.enabled=true",
-        "controller.nodeName=node-x",
+        "gpus.fake.profile=h100x8", "kubeletPlugin.devicePluginCheckInterval=0",
+        "kubeletPlugin.localCordonCheckInterval=3", "controller.enabled=true", "controller.nodeName=node-x",
     )  # fmt: skip
     (plugin,) = by_kind(docs, "DaemonSet")[PLUGIN]["spec"]["template"]["spec"]["containers"]
     (ctl,) = by_kind(docs, "Deployment")["dra-gpu-controller"]["spec"]["template"]["spec"]["containers"]
-    assert env_of(plugin)["DEVICE_PLUGIN_CHECK_INTERVAL"] == "0"
-    assert "DEVICE_PLUGIN_CHECK_INTERVAL" not in env_of(ctl)
+    for env in (env_of(plugin), env_of(ctl)):
+        assert (env["DEVICE_PLUGIN_CHECK_INTERVAL"], env["LOCAL_CORDON_CHECK_INTERVAL"]) == ("0", "3")
 
 
 def test_mig_values_reach_both_daemons(helm: Helm) -> None:
