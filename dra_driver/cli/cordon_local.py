@@ -73,7 +73,8 @@ def update(nodes: KubeNodeApi, node: str, driver: str, device: str, reason: str 
     """Record (``reason``) or drop (None) ``device``'s cordon on ``node``: (was it there before, did anything change)."""
     from dra_driver.kube.rest import KubeApiError
 
-    for attempt in range(3):
+    tries_left = 3
+    while True:
         entries, version = _read(nodes, node, driver)
         before = device in entries
         want = dict(entries)
@@ -86,11 +87,11 @@ def update(nodes: KubeNodeApi, node: str, driver: str, device: str, reason: str 
         try:
             nodes.set_annotation(node, annotation_key(driver), render(want), resource_version=version)
         except KubeApiError as err:  # the Node changed between the read and the patch: read again
-            if not err.conflict or attempt == 2:
+            tries_left -= 1
+            if not err.conflict or tries_left == 0:
                 raise
             continue
         return before, True
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def recorded(nodes: KubeNodeApi, node: str, driver: str) -> dict[str, str]:

@@ -129,7 +129,7 @@ class _HttpsConnection(http.client.HTTPSConnection):
 
 def _dial(address: tuple[str, int], *args: Any) -> socket.socket:
     """``socket.create_connection`` with an ASCII host as bytes (``dra_driver.core.hostnames``: no IDNA codec)."""
-    return socket.create_connection((socket_host(address[0]), address[1]), *args)  # type: ignore[arg-type]
+    return socket.create_connection((socket_host(address[0]), address[1]), *args)  # type: ignore[arg-type]  # typeshed says str; the socket layer takes ASCII bytes too
 
 
 class Response:

@@ -193,7 +193,7 @@ def test_the_commands_end_in_a_status_never_a_traceback(
             assert main([*argv, "--kubeconfig", "/k"]) in (0, 1, 2)
             capsys.readouterr()
             current.clear()
-        assert isinstance(cordon_lines(_Api(*case)), list)  # type: ignore[arg-type]
+        assert isinstance(cordon_lines(_Api(*case)), list)  # type: ignore[arg-type]  # a fake of the calls it makes, not the API class
 
     rep = harness.run("cordon commands", inputs(harness.budget(300), "cordon-cli"), run, (KubeApiError,))
     harness.assert_clean(rep)

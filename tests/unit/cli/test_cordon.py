@@ -146,7 +146,7 @@ def test_malformed_rules_and_slices_are_skipped_never_a_crash() -> None:
     slices: list[Any] = [
         {"spec": {"driver": DRIVER, "pool": {"name": "node-a", "generation": "abc"}, "devices": [_dev("gpu-0")]}},
         {"spec": {"driver": DRIVER, "pool": "node-a"}},
-        _slice([_dev("gpu-1"), {"name": "gpu-2\n"}, {"name": ["gpu-3"]}, "gpu-4"]),  # type: ignore[list-item]
+        _slice([_dev("gpu-1"), {"name": "gpu-2\n"}, {"name": ["gpu-3"]}, "gpu-4"]),  # type: ignore[list-item]  # malformed entries on purpose
     ]
     found = node_devices(slices, DRIVER)
     assert found is not None and [d["name"] for d in found.devices] == ["gpu-1"]
