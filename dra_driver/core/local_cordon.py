@@ -62,10 +62,28 @@ def render(entries: Mapping[str, str]) -> str | None:
 
 
 def node_cordons(node: Mapping[str, Any], driver: str) -> dict[str, str]:
-    """The cordons recorded on ``node`` (a Node as JSON); MalformedCordons for an annotation that is not one."""
-    notes = (node.get("metadata") or {}).get("annotations") or {}
-    value = notes.get(annotation_key(driver))
-    return parse(value if isinstance(value, str) else None)
+    """The cordons recorded on ``node`` (a Node as JSON); MalformedCordons for an annotation that is not one.
+
+    A Node, metadata or annotations of the wrong shape, or a value that is not a string, is malformed
+    too: what cannot be read withholds (fail closed), it never counts as "nothing cordoned".
+    """
+    if not isinstance(node, Mapping):
+        raise MalformedCordons(f"the Node is a {type(node).__name__}, not an object")
+    meta = node.get("metadata")
+    meta = {} if meta is None else meta
+    if not isinstance(meta, Mapping):
+        raise MalformedCordons(f"the Node's metadata is a {type(meta).__name__}, not an object")
+    notes = meta.get("annotations")
+    notes = {} if notes is None else notes
+    if not isinstance(notes, Mapping):
+        raise MalformedCordons(f"the Node's annotations are a {type(notes).__name__}, not an object")
+    key = annotation_key(driver)
+    if key not in notes:
+        return {}
+    value = notes[key]
+    if not isinstance(value, str):
+        raise MalformedCordons(f"a {type(value).__name__}, not a string")
+    return parse(value)
 
 
 @dataclass(frozen=True, slots=True)
