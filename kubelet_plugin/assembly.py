@@ -1,15 +1,13 @@
 """The kubelet plugin's parts built from its settings.
 
-The device state, the claim status reporter, the waiting pods' prompter and the GPU health monitor.
+The device state, the claim status reporter and the GPU health monitor.
 
-Called by ``kubelet_plugin.main`` while it starts; each returns None where its settings turn it off.
+Called by ``kubelet_plugin.bringup`` once the sockets serve; each returns None where its settings turn it off.
 """
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -28,10 +26,6 @@ from kubelet_plugin.monitoring.pod_notes import PodNotes
 from kubelet_plugin.prepare.mig_ops import MigOps
 from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.settings import Settings
-from kubelet_plugin.waiting_pods import RetryPrompter
-
-if TYPE_CHECKING:
-    pass
 
 log = structlog.get_logger(__name__)
 
@@ -98,15 +92,6 @@ def status_reporter(settings: Settings, link: ApiLink) -> DeviceStatusReporter |
         return KubeClaimStatusApi(conn, field_manager=settings.driver_name)
 
     return DeviceStatusReporter(driver=settings.driver_name, node_name=settings.node_name, writer=writer)
-
-
-def retry_prompter(settings: Settings, link: ApiLink, stop: threading.Event) -> RetryPrompter | None:
-    """What prompts the kubelet to retry the pods that waited for this plugin (None when off); a registration wakes it."""
-    if not settings.retry_waiting_pods:
-        return None
-    prompter = RetryPrompter.over_link(link.wait, link.get_claim, driver=settings.driver_name, node=settings.node_name)
-    prompter.start(stop)
-    return prompter
 
 
 def health_monitor(settings: Settings, gpus: list[GpuInfo], link: ApiLink, *, boot_id: str) -> HealthMonitor | None:

@@ -2,15 +2,18 @@
 
 Check dials the registration socket (GetInfo) and the DRA socket (an empty
 NodePrepareResources, which touches no state); ``liveness`` is SERVING only when both answer.
-``readiness`` also needs the kubelet to have accepted our registration: a DaemonSet rolling
-update (surge) then removes the old plugin pod only once the new one is registered, so the node
-is never without a plugin the kubelet can call. The kubelet's probes (gRPC) call it;
+``readiness`` also needs the kubelet to have accepted our registration and start-up to have
+recovered the state (``kubelet_plugin.start_gate``: the sockets serve, and the kubelet registers
+the plugin, before that): a DaemonSet rolling update (surge) then removes the old plugin pod only
+once the new one is registered and answering, so the node is never without a plugin the kubelet
+can call. The kubelet's probes (gRPC) call it;
 ``kubelet_plugin.main`` starts it on a TCP port.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +46,19 @@ def probe_sockets(registration: Path, dra_socket: Path, timeout_s: float = 5.0) 
 class SocketHealthServicer(health.HealthServicer):
     """Health whose ``""`` and ``liveness`` services reflect a live probe of the sockets."""
 
-    def __init__(self, registration: Path, dra_socket: Path, registered: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        registration: Path,
+        dra_socket: Path,
+        registered: threading.Event | None = None,
+        *,
+        started: Callable[[], bool] = lambda: True,
+    ) -> None:
         super().__init__()
         self._reg = registration
         self._dra = dra_socket
         self._registered = registered or threading.Event()
+        self._started = started
 
     def Check(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
         """Probe the sockets (liveness), and the kubelet's verdict (readiness); other services as registered."""
@@ -55,6 +66,8 @@ class SocketHealthServicer(health.HealthServicer):
             problem = probe_sockets(self._reg, self._dra)
             if request.service == READINESS_SERVICE and not self._registered.is_set():
                 problem = problem or "not registered with the kubelet yet"
+            if request.service == READINESS_SERVICE and not self._started():
+                problem = problem or "still recovering its state"
             if request.service == READINESS_SERVICE and self._gracefully_shutting_down:
                 problem = "shutting down"
             status = health_pb2.HealthCheckResponse.NOT_SERVING if problem else health_pb2.HealthCheckResponse.SERVING

@@ -1,256 +1,47 @@
-"""Entry point of ``dra-gpu-kubelet-plugin``: wires settings, GPU source, state, sockets, publisher.
+"""Entry point of ``dra-gpu-kubelet-plugin``: serves its sockets first, then builds the plugin behind them.
 
-Lifecycle: load GPUs (the API client loads meanwhile, ``kubelet_plugin.api_link``) → recover the
-checkpoint → start the DRA socket, then the registration socket (the kubelet may dial as soon as
-it sees it) → health (``kubelet_plugin.servers``) → wait for the API client → metrics
-(``dra_driver.appkit.metrics_serving``; prometheus_client is loaded only now; a metrics port it cannot
-listen on stops the plugin with exit code 2) → slice publisher; each registration the kubelet accepts
-prompts the pods that waited for the plugin (``kubelet_plugin.waiting_pods``). On SIGTERM: health NOT_SERVING,
-registration socket removed first (the kubelet deregisters), in-flight calls finish (grace), DRA
-socket removed (``PluginServers.stop``), publisher and metrics server stopped.
+Lifecycle: settings and the checks that must stop start-up before the kubelet sees a socket (the
+node's boot id, the metrics port and files) → the DRA socket, then the registration socket
+(``kubelet_plugin.servers``; the kubelet may dial and register as soon as it sees it), then the
+health port → the API client loads on a thread (``kubelet_plugin.api_link``) → everything else
+(``kubelet_plugin.bringup``, imported only now: GPUs, MIG, the publication, checkpoint recovery,
+monitoring, metrics, the slice publisher). Calls the kubelet makes meanwhile wait at the
+``kubelet_plugin.start_gate`` until recovery opens it (a failed start-up refuses them and removes the
+sockets). So after a restart or a reboot the kubelet registers the plugin as soon as its sockets
+serve, a pod it syncs then has its prepare answered when recovery ends instead of failing into a
+resync, and the old registration is replaced before the kubelet wipes the node's slices. Each
+registration the kubelet accepts prompts the pods that waited for the plugin
+(``kubelet_plugin.waiting_pods``). On SIGTERM: health NOT_SERVING, registration socket removed first
+(the kubelet deregisters), in-flight calls finish (grace), DRA socket removed
+(``PluginServers.stop``), publisher and metrics server stopped (``kubelet_plugin.bringup.Running``).
+
+Only what the sockets need is imported at the top: this module is the plugin's start to its sockets.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from dra_driver.appkit.daemon import run_daemon
-from dra_driver.appkit.inventory import node_publication
-from dra_driver.appkit.metrics_serving import MetricsUnavailable, ServedMetrics, serve_daemon_metrics
-from dra_driver.appkit.node_guards import guard_publisher
-from dra_driver.core.gpu import GpuInfo
-from dra_driver.core.mig import MigBackend, MigStrategy
-from dra_driver.core.mig_publish import Publication
-from dra_driver.core.schema import gpu_device_name
-from dra_driver.files.checkpoint_store import BootIdError, Notice, read_boot_id
-from dra_driver.mig_backends.select import make_mig_backend
+from dra_driver.files.boot_id import BootIdError, read_boot_id
 from dra_driver.obs.ports import metrics_port_problem
 from dra_driver.obs.scrape_auth import load_or_log
-from dra_driver.sources.select import make_source
 from kubelet_plugin.api_link import ApiLink
-from kubelet_plugin.assembly import build_state, health_monitor, retry_prompter, status_reporter
-from kubelet_plugin.monitoring.health_monitor import HealthMonitor
-from kubelet_plugin.monitoring.health_stream import HealthStreams
-from kubelet_plugin.monitoring.health_taints import TaintedPublication
-from kubelet_plugin.monitoring.pod_notes import PodNotes
-from kubelet_plugin.prepare.state import DeviceState
-from kubelet_plugin.servers import PluginServers, start_servers
+from kubelet_plugin.servers import start_servers
 from kubelet_plugin.servicer import MetricsSlot
 from kubelet_plugin.settings import FLAGS, Settings, parse
-
-if TYPE_CHECKING:
-    from dra_driver.obs.metrics import PluginMetrics, PublisherMetrics
-    from dra_driver.obs.metrics import Registry as CollectorRegistry
-    from kubelet_plugin.monitoring.usage import UsageSampler
-    from kubelet_plugin.prepare.recovery import StartReport
+from kubelet_plugin.start_gate import StartGate
+from kubelet_plugin.waiting_pods import RetryPrompter
 
 log = structlog.get_logger(__name__)
 
 COMPONENT = "dra-gpu-kubelet-plugin"
 
 
-def _usage_sampler(settings: Settings, state: DeviceState, publication: Publication, pods: PodNotes) -> UsageSampler | None:
-    """The per-claim utilization sampler (None when ``--usage-interval 0`` or metrics are off: nothing reads it)."""
-    if settings.usage_interval_s <= 0 or settings.metrics_port < 0:
-        return None
-    # Loaded now, after the sockets serve: nothing on the kubelet's path needs the sampler.
-    from kubelet_plugin.monitoring.usage import UsageSampler, cdi_spec_mtime, make_usage_source
-
-    return UsageSampler(
-        source=make_usage_source(
-            fake=settings.fake_gpus is not None, state_dir=settings.fake_gpu_state_dir or settings.plugin_dir / "fake-gpus"
-        ),
-        claims=state.prepared_snapshot,
-        targets=publication.targets,
-        prepared_at=cdi_spec_mtime(settings.cdi_root, settings.driver_name),
-        pods=pods,
-        interval_s=settings.usage_interval_s,
-    )
-
-
-def _usage_loop(usage: UsageSampler, state: DeviceState, link: ApiLink, pods: PodNotes, stop: threading.Event) -> None:
-    """The usage sampler's thread: the pods of claims prepared before a restart, then samples until ``stop``.
-
-    One claim read each, which prepare makes only for new claims: without it their ``pod`` label
-    would stay empty until the next garbage collection pass.
-    """
-    for entry in list(state.prepared_snapshot().values()):
-        if stop.is_set():
-            return
-        try:
-            pods.note(link.get_claim(entry.namespace, entry.name))
-        except Exception as err:  # noqa: BLE001 - the pod label stays empty until the GC pass reads the claim
-            log.debug("usage_claim_unreadable", claim=f"{entry.namespace}/{entry.name}", error=str(err))
-    usage.run(stop)
-
-
-def _monitoring_collectors(
-    settings: Settings, gpus: list[GpuInfo], monitor: HealthMonitor | None, usage: UsageSampler | None
-) -> list[Callable[[CollectorRegistry], object]]:
-    """What registers the health and usage collectors on the metrics registry (loaded with it, after the sockets)."""
-    out: list[Callable[[CollectorRegistry], object]] = []
-    if monitor is not None:
-
-        def health(registry: CollectorRegistry) -> None:
-            from dra_driver.obs.metrics import HealthCollector
-
-            registry.register(HealthCollector(lambda: monitor.book, {g.uuid: gpu_device_name(g.minor) for g in gpus}))
-
-        out.append(health)
-    if usage is not None:
-
-        def usage_rows(registry: CollectorRegistry) -> object:
-            from dra_driver.obs.usage_metrics import register_usage_collector
-
-            return register_usage_collector(
-                registry, usage.snapshot, settings.node_name, tenant_labels=settings.metrics_tenant_labels
-            )
-
-        out.append(usage_rows)
-    return out
-
-
-def _start_monitor(monitor: HealthMonitor | None, tainted: TaintedPublication, stop: threading.Event) -> None:
-    """The monitor's thread; its changes republish the devices with taints."""
-    if monitor is None:
-        return
-    tainted.on_change(monitor.book)
-    monitor.set_on_change(tainted.on_change)
-    threading.Thread(target=monitor.run, args=(stop,), name="gpu-health", daemon=True).start()
-
-
-def _health_streams(settings: Settings, monitor: HealthMonitor | None, publication: Publication) -> HealthStreams | None:
-    if monitor is None or not settings.health_stream:
-        return None
-    by_gpu: dict[str, list[str]] = {}
-    for name, target in publication.targets.items():
-        by_gpu.setdefault(target.gpu.uuid, []).append(name)
-    return HealthStreams(monitor, pool_name=settings.node_name, devices_by_gpu=by_gpu)
-
-
-def _shutdown(servers: PluginServers, publisher_thread: threading.Thread | None, metrics: _Metrics | None = None) -> None:
-    """The servers stopped in order (``PluginServers.stop``), then the publisher, the metrics last."""
-    servers.stop()
-    if publisher_thread is not None:
-        publisher_thread.join(timeout=5.0)
-    if metrics is not None:
-        metrics.stop()
-
-
-_Metrics = ServedMetrics[tuple["PluginMetrics", "PublisherMetrics"]]
-"""The plugin's metrics being served: the calls' and the publisher's hooks, and the server."""
-
-
-def _start_metrics(
-    settings: Settings,
-    state: DeviceState,
-    report: StartReport,
-    slot: MetricsSlot | None,
-    extra: Sequence[Callable[[CollectorRegistry], object]] = (),
-) -> _Metrics | None:
-    """The metrics (None when off): the calls' metrics into ``slot``, the prepared claims' gauges, the server.
-
-    Checked before the sockets too (``_preflight``); a file or the port may have gone since (``MetricsUnavailable``).
-    """
-    if slot is None:
-        return None
-
-    def build(registry: CollectorRegistry) -> tuple[PluginMetrics, PublisherMetrics]:
-        # Loaded only now, after the sockets serve: prometheus_client takes about 0.1 s to import.
-        from dra_driver.obs.metrics import PluginMetrics, PreparedClaimsCollector, PublisherMetrics
-
-        plugin = PluginMetrics(registry)
-        plugin.checkpoint_loaded(report.reasons, fresh=report.fresh)
-        mig_devices = [name for name, target in state.targets.items() if target.is_mig]
-        registry.register(PreparedClaimsCollector(state.prepared_snapshot, mig_devices))
-        publisher = PublisherMetrics(registry)
-        for register in extra:  # GPU health, per-claim usage
-            register(registry)
-        return plugin, publisher
-
-    served = serve_daemon_metrics(settings, build)
-    if served is not None:
-        slot.sink = served.hooks[0]
-    return served
-
-
-def _after_sockets(
-    settings: Settings,
-    state: DeviceState,
-    link: ApiLink,
-    servers: PluginServers,
-    *,
-    report: StartReport,
-    slot: MetricsSlot | None,
-    extra: Sequence[Callable[[CollectorRegistry], object]] = (),
-) -> tuple[Any, _Metrics | None]:
-    """The API client (loaded while the sockets came up; a bad kubeconfig still fails start-up), then the metrics.
-
-    On a failure the servers are shut down and it raises (``MetricsUnavailable``: the metrics port).
-    """
-    try:
-        return link.wait(), _start_metrics(settings, state, report, slot, extra)
-    except Exception:
-        _shutdown(servers, None)
-        raise
-
-
-def _start_publisher(
-    settings: Settings,
-    api_client: Any,
-    link: ApiLink,
-    publication: TaintedPublication,
-    stop: threading.Event,
-    *,
-    metrics: PublisherMetrics | None = None,
-) -> threading.Thread:
-    """The node's ResourceSlice publisher, on a thread of its own until ``stop``."""
-    from dra_driver.appkit.publisher import SlicePublisher
-    from dra_driver.kube.slices_api import KubeSliceApi
-
-    def refused(message: str) -> None:
-        link.notify(Notice("DevicesNotPublished", message, warning=True))
-
-    api = KubeSliceApi(api_client)
-    publisher = SlicePublisher(
-        api, settings.driver_name, settings.node_name, on_refusal=refused, metrics=metrics, on_dropped=publication.on_dropped
-    )
-
-    target = guard_publisher(  # no cordoned GPU, nothing beside a device plugin (NODE_GUARD_FLAGS)
-        publisher,
-        node_name=settings.node_name,
-        driver=settings.driver_name,
-        device_plugin_interval_s=settings.device_plugin_check_interval_s,
-        local_cordon_interval_s=settings.local_cordon_check_interval_s,
-        api_client=api_client,
-        notify=link.notify,
-        stop=stop,
-    )
-
-    def run() -> None:
-        publication.attach(target, api.server_minor_version)  # on this thread: the version is an API call
-        publisher.run(stop)
-
-    thread = threading.Thread(target=run, name="slice-publisher", daemon=True)
-    thread.start()
-    return thread
-
-
-def _gc_loop(state: DeviceState, interval_s: float, stop: threading.Event) -> None:
-    """Every ``interval_s``: unprepare claims whose ResourceClaim is gone. Never raises."""
-    while not stop.wait(interval_s):
-        try:
-            state.collect_garbage()
-        except Exception:
-            log.exception("gc_failed")
-
-
 def _preflight(settings: Settings) -> str | None:
-    """The node's boot id, and whether the metrics port is free, before any socket exists.
+    """The node's boot id, and whether the metrics port and files are usable, before any socket exists.
 
     The boot id is read once: the checkpoint and both simulators must agree on the boot. None
     (logged) when start-up must stop.
@@ -270,86 +61,53 @@ def _preflight(settings: Settings) -> str | None:
     return boot_id
 
 
+def _retry_prompter(settings: Settings, link: ApiLink, stop: threading.Event) -> RetryPrompter | None:
+    """What prompts the kubelet to retry the pods that waited for this plugin (None when off); a registration wakes it."""
+    if not settings.retry_waiting_pods:
+        return None
+    prompter = RetryPrompter.over_link(link.wait, link.get_claim, driver=settings.driver_name, node=settings.node_name)
+    prompter.start(stop)
+    return prompter
+
+
 def run(settings: Settings, stop: threading.Event) -> int:
     """Run the plugin until ``stop`` is set; return the exit code."""
     structlog.contextvars.bind_contextvars(node=settings.node_name, driver=settings.driver_name)
     boot_id = _preflight(settings)
     if boot_id is None:
         return 2
+    gate = StartGate()
     link = ApiLink(kubeconfig=settings.kubeconfig, node_name=settings.node_name, component=COMPONENT)
-    link.start()  # beside finding the GPUs: NVML's calls release the interpreter lock
-    source = make_source(fake_gpus=settings.fake_gpus, node_name=settings.node_name)
-    gpus = source.gpus()
-    log.info("gpus_found", source=source.describe(), count=len(gpus), uuids=[g.uuid for g in gpus])
-
-    backend: MigBackend | None = None
-    if settings.mig is not MigStrategy.NONE:
-        backend = make_mig_backend(
-            fake=settings.fake_gpus is not None,
-            gpus=gpus,
-            state_dir=settings.fake_gpu_state_dir,
-            latency=settings.fake_mig_latency,
-            boot_id=boot_id,
-        )
-    # One publication: the start-up sweep only destroys dynamic instances, which the publication
-    # (every placement, carved or not) does not list; static instances are never touched.
-    publication = node_publication(
-        gpus, settings.mig, backend, consumable=settings.consumable, mig_profiles=settings.mig_profiles
+    slot = MetricsSlot() if settings.metrics_port >= 0 else None
+    prompter = _retry_prompter(settings, link, stop)
+    servers = start_servers(
+        settings,
+        gate,
+        slot,
+        health_streams=settings.health != "off" and settings.health_stream,
+        on_registered=prompter.registered if prompter is not None else None,
     )
-    pods = PodNotes()
-    state = build_state(settings, gpus, publication, backend, link, boot_id=boot_id, pods=pods)
+    link.start()  # on its thread while the rest loads
     try:
-        report = state.startup()
-        for note in publication.notes:
-            log.warning("publication_note", note=note)
-        log.info(
-            "devices_published",
-            mig=settings.mig.value,
-            devices=len(publication.devices),
-            counter_sets=len(publication.counter_sets),
-        )
-        status = status_reporter(settings, link)
-        monitor = health_monitor(settings, gpus, link, boot_id=boot_id)
-        tainted = TaintedPublication(publication, settings.driver_name, evict_fatal=settings.health_evict)
-        slot = MetricsSlot() if settings.metrics_port >= 0 else None
-        prompter = retry_prompter(settings, link, stop)
-        servers = start_servers(
-            settings,
-            state,
-            status,
-            _health_streams(settings, monitor, publication),
-            slot,
-            on_registered=prompter.registered if prompter is not None else None,
-        )
-        usage = _usage_sampler(settings, state, publication, pods)
-        extra = _monitoring_collectors(settings, gpus, monitor, usage)
-        api_client, metrics = _after_sockets(settings, state, link, servers, report=report, slot=slot, extra=extra)
-        _start_monitor(monitor, tainted, stop)
-        if usage is not None:
-            threading.Thread(target=_usage_loop, args=(usage, state, link, pods, stop), name="gpu-usage", daemon=True).start()
-        if settings.gc_interval_s > 0:
-            threading.Thread(target=_gc_loop, args=(state, settings.gc_interval_s, stop), name="claim-gc", daemon=True).start()
+        from kubelet_plugin.bringup import bring_up
 
-        publisher_thread: threading.Thread | None = None
-        if state.refusal is not None:
-            # Serve (every call answers the refusal; no crash loop) but offer no devices to schedule.
-            log.error("plugin_refusing", reason=state.refusal, publishing=False)
-        elif settings.publish_slices:
-            publisher_thread = _start_publisher(
-                settings, api_client, link, tainted, stop, metrics=metrics.hooks[1] if metrics is not None else None
-            )
-
+        running = bring_up(settings, link, gate, boot_id=boot_id, slot=slot, stop=stop)
+    except BaseException as err:  # held calls are refused with the reason, the sockets removed; logged by run_daemon
+        gate.fail(f"{type(err).__name__}: {err}")
+        servers.stop()
+        raise
+    if running is None:  # the metrics port or files, gone since the preflight (logged where found)
+        servers.stop()
+        return 2
+    try:
         log.info("plugin_started")
         stop.wait()
         log.info("plugin_stopping")
-        _shutdown(servers, publisher_thread, metrics)
-        if status is not None:
-            status.stop()
+        servers.stop()
+        running.stop()
         return 0
-    except MetricsUnavailable:
-        return 2
     finally:
-        state.close()  # the last checkpoint write durable; any later one durable as it is made
+        running.close()
 
 
 def main(argv: list[str] | None = None) -> int:

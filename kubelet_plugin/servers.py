@@ -1,7 +1,9 @@
 """The kubelet plugin's gRPC servers: the DRA socket, the registration socket and the health port, in order.
 
-Called by ``kubelet_plugin.main``: ``start_servers`` serves the DRA socket first, then the
-registration socket (the kubelet may dial as soon as it sees it), then the gRPC health port;
+Called by ``kubelet_plugin.main`` before the plugin's state exists: ``start_servers`` serves the DRA
+socket first (its calls held at the ``kubelet_plugin.start_gate`` until start-up hands the state
+over), then the registration socket (the kubelet may dial as soon as it sees it), then the gRPC
+health port;
 ``PluginServers.stop`` undoes it on SIGTERM: health NOT_SERVING, the registration socket removed first
 (the kubelet deregisters), in-flight calls finished (grace), the DRA socket removed, health last.
 """
@@ -16,16 +18,15 @@ from typing import TYPE_CHECKING
 import grpc
 import structlog
 
-from kubelet_plugin.monitoring.health_stream import SERVICE_NAMES, HealthStreams
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.servicer import MetricsSlot, add_dra_services
 from kubelet_plugin.sockets import SocketPaths, secure_socket, unix_server
+from kubelet_plugin.start_gate import StartGate
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 
 if TYPE_CHECKING:
     from kubelet_plugin.liveness import SocketHealthServicer
-    from kubelet_plugin.monitoring.device_status import DeviceStatusReporter
-    from kubelet_plugin.prepare.state import DeviceState
+    from kubelet_plugin.monitoring.health_stream import HealthStreams
     from kubelet_plugin.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -43,15 +44,20 @@ class PluginServers:
     registration: grpc.Server
     health_servicer: SocketHealthServicer
     health: grpc.Server | None
-    health_streams: HealthStreams | None = None
+    gate: StartGate
 
     def stop(self) -> None:
-        """Health NOT_SERVING, registration socket gone first, in-flight calls finished, DRA socket gone, health last."""
+        """Health NOT_SERVING, registration socket gone first, in-flight calls finished, DRA socket gone, health last.
+
+        Calls still held at the gate (start-up failed or was stopped) are refused first.
+        """
         self.health_servicer.enter_graceful_shutdown()
         self.paths.registration.unlink(missing_ok=True)  # the kubelet's watcher deregisters us
         self.registration.stop(grace=1.0).wait()
-        if self.health_streams is not None:
-            self.health_streams.stop()  # open streams would hold the grace period below
+        self.gate.fail("the plugin is stopping")
+        parts = self.gate.parts
+        if parts is not None and parts.streams is not None:
+            parts.streams.stop()  # open streams would hold the grace period below
         self.dra.stop(grace=SHUTDOWN_GRACE_S).wait()  # refuse new calls, let in-flight ones finish
         self.paths.dra.unlink(missing_ok=True)
         if self.health is not None:
@@ -60,16 +66,17 @@ class PluginServers:
 
 def start_servers(
     settings: Settings,
-    state: DeviceState,
-    status: DeviceStatusReporter | None,
-    streams: HealthStreams | None = None,
+    gate: StartGate,
     metrics: MetricsSlot | None = None,
     *,
+    health_streams: bool = False,
     on_registered: Callable[[], None] | None = None,
 ) -> PluginServers:
     """DRA socket first, then registration (the kubelet may dial as soon as it sees it), then health.
 
-    ``on_registered`` is called on each registration the kubelet accepts (``kubelet_plugin.waiting_pods``).
+    The DRA calls wait at ``gate``; ``health_streams``: serve the kubelet's health streams (their
+    ``HealthStreams`` handed over through the gate). ``on_registered`` is called on each registration
+    the kubelet accepts (``kubelet_plugin.waiting_pods``).
     """
     paths = SocketPaths.for_plugin(
         driver=settings.driver_name,
@@ -78,16 +85,20 @@ def start_servers(
         pod_uid=settings.pod_uid,
     )
     dra_server = unix_server(paths.dra)
-    add_dra_services(dra_server, state, status, metrics)
-    if streams is not None:
-        streams.add_to_server(dra_server)
+    add_dra_services(dra_server, gate, metrics)
+    extra_services: tuple[str, ...] = ()
+    if health_streams:
+        from kubelet_plugin.monitoring.health_services import SERVICE_NAMES, add_health_services
+
+        add_health_services(dra_server, lambda: _streams(gate))
+        extra_services = SERVICE_NAMES
     dra_server.start()
     secure_socket(paths.dra)
 
     registration = RegistrationServicer(
         settings.driver_name,
         str(paths.dra),
-        extra_services=SERVICE_NAMES if streams is not None else (),
+        extra_services=extra_services,
         on_registered=on_registered,
     )
     reg_server = unix_server(paths.registration, max_workers=2)
@@ -101,7 +112,7 @@ def start_servers(
 
     from kubelet_plugin.liveness import SocketHealthServicer
 
-    health_servicer = SocketHealthServicer(paths.registration, paths.dra, registration.registered)
+    health_servicer = SocketHealthServicer(paths.registration, paths.dra, registration.registered, started=lambda: gate.is_open)
     health_server: grpc.Server | None = None
     if settings.healthcheck_port >= 0:
         health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -109,4 +120,12 @@ def start_servers(
         port = health_server.add_insecure_port(f"{settings.healthcheck_address}:{settings.healthcheck_port}")
         health_server.start()
         log.info("health_listening", port=port)
-    return PluginServers(paths, dra_server, reg_server, health_servicer, health_server, streams)
+    return PluginServers(paths, dra_server, reg_server, health_servicer, health_server, gate)
+
+
+def _streams(gate: StartGate) -> HealthStreams:
+    """The health streams once start-up hands them over (``NotReady`` until then, or if they are off)."""
+    streams = gate.wait().streams
+    if streams is None:
+        raise RuntimeError("health streams are not served by this plugin")
+    return streams

@@ -2,7 +2,10 @@
 
 Translates protobuf messages to ``kubelet_plugin.prepare.state`` calls and back, typed with the
 generated stubs of each version. Both versions share one implementation; v1beta1 has no
-``share_id``. A servicer never raises: an unexpected failure becomes each claim's error, so the
+``share_id``. The servicers serve before the plugin has recovered its state: a call with claims
+waits at the ``kubelet_plugin.start_gate`` (and answers each claim the gate's ``NotReady`` error if
+start-up does not finish in time or fails: fail closed); a call with none touches no state and is
+answered at once (the liveness probe's). A servicer never raises: an unexpected failure becomes each claim's error, so the
 kubelet always gets an entry per claim. Claims prepared or unprepared are then handed to the
 device status reporter (``kubelet_plugin.monitoring.device_status``), which only queues them: the answer
 never waits for a status write, and the reporter hears when calls start and end, so that its
@@ -20,18 +23,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 import structlog
 
-from kubelet_plugin.monitoring.device_status import DeviceStatusReporter
 from kubelet_plugin.prepare.requests import ClaimRef, Outcome
-from kubelet_plugin.prepare.state import DeviceState
+from kubelet_plugin.start_gate import NotReady, Parts, StartGate
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1 import api_pb2_grpc as v1_grpc
 from proto.dra.v1beta1 import api_pb2 as v1beta1
 from proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+
+if TYPE_CHECKING:
+    from kubelet_plugin.monitoring.device_status import DeviceStatusReporter
 
 log = structlog.get_logger(__name__)
 
@@ -69,55 +74,54 @@ def _refs(claims: Iterable[ClaimMessage]) -> list[ClaimRef]:
 class _Dra:
     """The shared implementation of both API versions: answers go into the version's response."""
 
-    def __init__(
-        self, state: DeviceState, version: str, status: DeviceStatusReporter | None, metrics: MetricsSlot | None = None
-    ) -> None:
-        self._state = state
+    def __init__(self, gate: StartGate, version: str, metrics: MetricsSlot | None = None) -> None:
+        self._gate = gate
         self._version = version
-        self._status = status
         self._metrics = metrics
 
-    def prepare(self, claims: Iterable[ClaimMessage], resp: PrepareResponse) -> None:
-        self._observed("prepare", resp, lambda: self._prepare(claims, resp))
+    def prepare(self, claims: Sequence[ClaimMessage], resp: PrepareResponse) -> None:
+        if claims:  # none: nothing to wait for (the liveness probe's call)
+            self._observed("prepare", claims, resp, lambda parts: self._prepare(parts, claims, resp))
 
-    def unprepare(self, claims: Iterable[ClaimMessage], resp: UnprepareResponse) -> None:
-        self._observed("unprepare", resp, lambda: self._unprepare(claims, resp))
+    def unprepare(self, claims: Sequence[ClaimMessage], resp: UnprepareResponse) -> None:
+        if claims:
+            self._observed("unprepare", claims, resp, lambda parts: self._unprepare(parts, claims, resp))
 
-    def _observed(self, operation: str, resp: PrepareResponse | UnprepareResponse, answer: Callable[[], None]) -> None:
-        """``answer()`` the call, the status reporter told; timed and counted when metrics are on."""
+    def _observed(
+        self,
+        operation: str,
+        claims: Sequence[ClaimMessage],
+        resp: PrepareResponse | UnprepareResponse,
+        answer: Callable[[Parts], None],
+    ) -> None:
+        """``answer(parts)`` once start-up is done, the status reporter told; timed and counted when metrics are on."""
         metrics = self._metrics.sink if self._metrics is not None else None
-        if metrics is None:
-            with self._call():
-                answer()
-            return
-        metrics.call_started(operation)
+        if metrics is not None:
+            metrics.call_started(operation)
         start = time.perf_counter()
         try:
-            with self._call():
-                answer()
-        finally:
-            seconds = time.perf_counter() - start
             try:
-                errors = [c.error for c in resp.claims.values() if c.error]
-                metrics.call_finished(operation, self._version, seconds, len(resp.claims), errors)
-            except Exception:  # metrics never change the kubelet's answer
-                log.exception("metrics_failed", operation=operation, api=self._version)
-
-    @contextmanager
-    def _call(self) -> Iterator[None]:
-        """Tell the status reporter a call is in flight (its writes wait for quiet)."""
-        if self._status is not None:
-            self._status.call_started()
-        try:
-            yield
+                parts = self._gate.wait()
+            except NotReady as err:  # fail closed: nothing is done from a state not recovered
+                log.warning("call_refused_starting", operation=operation, api=self._version, error=str(err))
+                for c in claims:
+                    resp.claims[c.uid].error = str(err)
+                return
+            with _call(parts.status):
+                answer(parts)
         finally:
-            if self._status is not None:
-                self._status.call_finished()
+            if metrics is not None:
+                seconds = time.perf_counter() - start
+                try:
+                    errors = [c.error for c in resp.claims.values() if c.error]
+                    metrics.call_finished(operation, self._version, seconds, len(resp.claims), errors)
+                except Exception:  # metrics never change the kubelet's answer
+                    log.exception("metrics_failed", operation=operation, api=self._version)
 
-    def _prepare(self, claims: Iterable[ClaimMessage], resp: PrepareResponse) -> None:
+    def _prepare(self, parts: Parts, claims: Iterable[ClaimMessage], resp: PrepareResponse) -> None:
         refs = _refs(claims)
         try:
-            outcomes = self._state.prepare(refs)
+            outcomes = parts.state.prepare(refs)
         except Exception as err:
             log.exception("prepare_unexpected_error", api=self._version)
             outcomes = {r.uid: Outcome(error=f"internal error: {err}") for r in refs}
@@ -137,40 +141,51 @@ class _Dra:
                 )
                 if isinstance(dev, v1.Device) and d.share_id:
                     dev.share_id = d.share_id
-        self._report(refs, prepared=outcomes)
+        _report(parts.status, refs, prepared=outcomes, api=self._version)
 
-    def _unprepare(self, claims: Iterable[ClaimMessage], resp: UnprepareResponse) -> None:
+    def _unprepare(self, parts: Parts, claims: Iterable[ClaimMessage], resp: UnprepareResponse) -> None:
         refs = _refs(claims)
         try:
-            errors = self._state.unprepare(refs)
+            errors = parts.state.unprepare(refs)
         except Exception as err:
             log.exception("unprepare_unexpected_error", api=self._version)
             errors = {r.uid: f"internal error: {err}" for r in refs}
         for r in refs:
             resp.claims[r.uid].error = errors.get(r.uid, "internal error: claim not handled")
-        self._report([r for r in refs if errors.get(r.uid) == ""], prepared=None)
+        _report(parts.status, [r for r in refs if errors.get(r.uid) == ""], prepared=None, api=self._version)
 
-    def _report(self, refs: list[ClaimRef], prepared: dict[str, Outcome] | None) -> None:
-        """Queue device status writes: the devices of claims prepared, removal for claims unprepared (``refs``)."""
-        if self._status is None:
-            return
-        try:
-            for r in refs:
-                if prepared is None:
-                    self._status.unprepared(r)
-                elif (outcome := prepared.get(r.uid)) is not None and not outcome.error and outcome.devices:
-                    self._status.prepared(r, outcome)
-        except Exception:  # device status is best effort: never the kubelet's answer's problem
-            log.exception("device_status_queue_failed", api=self._version)
+
+@contextmanager
+def _call(status: DeviceStatusReporter | None) -> Iterator[None]:
+    """Tell the status reporter a call is in flight (its writes wait for quiet)."""
+    if status is not None:
+        status.call_started()
+    try:
+        yield
+    finally:
+        if status is not None:
+            status.call_finished()
+
+
+def _report(status: DeviceStatusReporter | None, refs: list[ClaimRef], *, prepared: dict[str, Outcome] | None, api: str) -> None:
+    """Queue device status writes: the devices of claims prepared, removal for claims unprepared (``refs``)."""
+    if status is None:
+        return
+    try:
+        for r in refs:
+            if prepared is None:
+                status.unprepared(r)
+            elif (outcome := prepared.get(r.uid)) is not None and not outcome.error and outcome.devices:
+                status.prepared(r, outcome)
+    except Exception:  # device status is best effort: never the kubelet's answer's problem
+        log.exception("device_status_queue_failed", api=api)
 
 
 class DraV1Servicer(v1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
 
-    def __init__(
-        self, state: DeviceState, status: DeviceStatusReporter | None = None, metrics: MetricsSlot | None = None
-    ) -> None:
-        self._impl = _Dra(state, "v1", status, metrics)
+    def __init__(self, gate: StartGate, metrics: MetricsSlot | None = None) -> None:
+        self._impl = _Dra(gate, "v1", metrics)
 
     def NodePrepareResources(  # noqa: N802 - gRPC name
         self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
@@ -192,10 +207,8 @@ class DraV1Servicer(v1_grpc.DRAPluginServicer):
 class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``."""
 
-    def __init__(
-        self, state: DeviceState, status: DeviceStatusReporter | None = None, metrics: MetricsSlot | None = None
-    ) -> None:
-        self._impl = _Dra(state, "v1beta1", status, metrics)
+    def __init__(self, gate: StartGate, metrics: MetricsSlot | None = None) -> None:
+        self._impl = _Dra(gate, "v1beta1", metrics)
 
     def NodePrepareResources(  # noqa: N802 - gRPC name
         self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
@@ -214,12 +227,10 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
         return resp
 
 
-def add_dra_services(
-    server: grpc.Server, state: DeviceState, status: DeviceStatusReporter | None = None, metrics: MetricsSlot | None = None
-) -> None:
-    """Serve both DRA versions on ``server`` (the DRA socket).
+def add_dra_services(server: grpc.Server, gate: StartGate, metrics: MetricsSlot | None = None) -> None:
+    """Serve both DRA versions on ``server`` (the DRA socket), their calls held at ``gate`` until start-up is done.
 
-    ``status`` reports device status, ``metrics`` gets each call's metrics once filled (None: off).
+    ``metrics`` gets each call's metrics once filled (None: off).
     """
-    v1_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(state, status, metrics), server)
-    v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(state, status, metrics), server)
+    v1_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(gate, metrics), server)
+    v1beta1_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(gate, metrics), server)

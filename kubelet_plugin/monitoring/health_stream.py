@@ -10,7 +10,8 @@ turn the devices Unknown instead of reporting stale health).
 Bounded: at most ``max_streams`` streams at once; a new one ends the oldest (the kubelet reconnects
 every 5 s after a stream ends and never needs two), so streams never take the worker threads
 prepare needs: a replaced stream, one whose client hung up (gRPC's callback) and every stream at
-shutdown end at once, not at the next resend. Registered by ``kubelet_plugin.main``.
+shutdown end at once, not at the next resend. Built by ``kubelet_plugin.bringup``; served through
+``kubelet_plugin.monitoring.health_services``, registered before it exists.
 """
 
 from __future__ import annotations
@@ -24,15 +25,8 @@ import structlog
 
 from dra_driver.core.health import HealthBook, health_message, is_unhealthy
 from kubelet_plugin.monitoring.health_monitor import HealthMonitor
-from proto.health.v1 import api_pb2 as h1
-from proto.health.v1 import api_pb2_grpc as h1_grpc
-from proto.health.v1alpha1 import api_pb2 as h1a1
-from proto.health.v1alpha1 import api_pb2_grpc as h1a1_grpc
 
 log = structlog.get_logger(__name__)
-
-SERVICE_NAMES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
-"""What registration advertises besides the DRA services (the kubelet of 1.37 prefers v1)."""
 
 
 class _Stream:
@@ -122,7 +116,7 @@ class HealthStreams:
             self._close(stream)
             log.info("health_stream_closed", pool=self._pool)
 
-    def _response(self, pb: Any, entries: list[tuple[str, int, str, int]]) -> Any:
+    def response(self, pb: Any, entries: list[tuple[str, int, str, int]]) -> Any:
         """The version's NodeWatchResourcesResponse (``pb``: its api_pb2; both versions' messages are the same)."""
         return pb.NodeWatchResourcesResponse(
             devices=[
@@ -136,20 +130,3 @@ class HealthStreams:
                 for name, status, message, at in entries
             ]
         )
-
-    def add_to_server(self, server: grpc.Server) -> None:
-        """Register both versions' services."""
-        streams = self
-
-        class V1(h1_grpc.DRAResourceHealthServicer):
-            def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802 - gRPC name
-                del request
-                return streams.watch(context, lambda entries: streams._response(h1, entries))
-
-        class V1alpha1(h1a1_grpc.DRAResourceHealthServicer):
-            def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802 - gRPC name
-                del request
-                return streams.watch(context, lambda entries: streams._response(h1a1, entries))
-
-        h1_grpc.add_DRAResourceHealthServicer_to_server(V1(), server)
-        h1a1_grpc.add_DRAResourceHealthServicer_to_server(V1alpha1(), server)

@@ -26,6 +26,7 @@ from kubelet_plugin.prepare.requests import ClaimRef
 from kubelet_plugin.prepare.state import DeviceState
 from kubelet_plugin.servicer import DraV1Servicer, add_dra_services
 from kubelet_plugin.sockets import unix_server
+from kubelet_plugin.start_gate import StartGate
 from proto.dra.v1 import api_pb2 as v1
 from testkit.claimdata import DRIVER, allocated_claim, new_uid
 from tests.fuzz import harness
@@ -146,7 +147,7 @@ def random_request(rng: random.Random) -> v1.NodePrepareResourcesRequest:
 
 def test_hostile_grpc_requests_get_one_answer_per_uid(state_dir: Path) -> None:
     claims = Claims()
-    servicer = DraV1Servicer(make_state(state_dir, claims))
+    servicer = DraV1Servicer(StartGate.opened(make_state(state_dir, claims)))
     rng = random.Random(harness.seed_for("plugin-grpc"))
 
     def call(req: v1.NodePrepareResourcesRequest) -> None:
@@ -166,7 +167,7 @@ def test_garbage_bytes_on_the_dra_socket_never_stop_the_server(tmp_path: Path) -
     state = make_state(tmp_path, claims)
     sock = tmp_path / "dra.sock"
     server = unix_server(sock)
-    add_dra_services(server, state)
+    add_dra_services(server, StartGate.opened(state))
     server.start()
     rng = random.Random(harness.seed_for("plugin-socket"))
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.files.checkpoint_store import BootIdError, read_boot_id
+from dra_driver.files.boot_id import BootIdError, read_boot_id
 
 
 def test_the_boot_id_is_read_stripped_and_an_empty_or_missing_one_is_refused_naming_the_file(tmp_path: Path) -> None:

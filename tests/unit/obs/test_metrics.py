@@ -51,6 +51,7 @@ from kubelet_plugin.prepare.recovery import StartReport
 from kubelet_plugin.prepare.requests import ClaimRef
 from kubelet_plugin.servicer import DraV1beta1Servicer, DraV1Servicer, MetricsSlot
 from kubelet_plugin.settings import parse as parse_plugin
+from kubelet_plugin.start_gate import StartGate
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1beta1 import api_pb2 as v1beta1
 from testkit.admission import GOOD, MAGIC, body, claim_obj, request
@@ -185,7 +186,7 @@ def test_the_servicers_report_every_call_once_the_slot_is_filled(tmp_path: Path)
     missing = ClaimRef("default", new_uid(), "gone")
     state = make_state(tmp_path, claims)
     slot = MetricsSlot()
-    servicer = DraV1Servicer(state, metrics=slot)
+    servicer = DraV1Servicer(StartGate.opened(state), metrics=slot)
     request = v1.NodePrepareResourcesRequest(claims=[v1.Claim(namespace=good.namespace, uid=good.uid, name=good.name)])
     servicer.NodePrepareResources(request, NO_CONTEXT)  # before the metrics exist: not counted, no error
     registry = new_registry()
@@ -193,7 +194,7 @@ def test_the_servicers_report_every_call_once_the_slot_is_filled(tmp_path: Path)
     both = [v1.Claim(namespace=r.namespace, uid=r.uid, name=r.name) for r in (good, missing)]
     resp = servicer.NodePrepareResources(v1.NodePrepareResourcesRequest(claims=both), NO_CONTEXT)
     assert "" == resp.claims[good.uid].error and "not found" in resp.claims[missing.uid].error
-    old = DraV1beta1Servicer(state, metrics=slot)
+    old = DraV1beta1Servicer(StartGate.opened(state), metrics=slot)
     old.NodeUnprepareResources(
         v1beta1.NodeUnprepareResourcesRequest(claims=[v1beta1.Claim(namespace=good.namespace, uid=good.uid, name=good.name)]),
         NO_CONTEXT,
@@ -216,7 +217,7 @@ def test_a_failing_metrics_sink_never_changes_the_kubelets_answer(tmp_path: Path
 
     claims = Claims()
     ref = claims.add(allocated_claim(devices=["gpu-2"]))
-    servicer = DraV1Servicer(make_state(tmp_path, claims), metrics=MetricsSlot(Broken()))
+    servicer = DraV1Servicer(StartGate.opened(make_state(tmp_path, claims)), metrics=MetricsSlot(Broken()))
     request = v1.NodePrepareResourcesRequest(claims=[v1.Claim(namespace=ref.namespace, uid=ref.uid, name=ref.name)])
     with capture_logs() as logs:
         resp = servicer.NodePrepareResources(request, NO_CONTEXT)

@@ -32,6 +32,7 @@ from dra_driver.sources.fake import FakeGpuSource
 from kubelet_plugin.monitoring.device_status import DeviceStatusReporter, StatusWriter
 from kubelet_plugin.prepare.requests import ClaimRef, Outcome
 from kubelet_plugin.servicer import DraV1Servicer
+from kubelet_plugin.start_gate import StartGate
 from proto.dra.v1 import api_pb2 as v1
 from testkit.claimdata import DRIVER, allocated_claim, new_uid
 from tests.unit.kubelet_plugin.device_states import Claims, DeviceStateFactory
@@ -378,7 +379,7 @@ def test_prepare_answers_while_the_status_write_hangs_and_the_entry_matches_the_
     w = Writer()
     w.gate.clear()  # the API server hangs
     r = reporter(w)
-    servicer = DraV1Servicer(state, r)
+    servicer = DraV1Servicer(StartGate.opened(state, r))
     claim = v1.Claim(namespace=ref.namespace, uid=ref.uid, name=ref.name)
     start = time.monotonic()
     resp = servicer.NodePrepareResources(v1.NodePrepareResourcesRequest(claims=[claim]), NO_CONTEXT)
