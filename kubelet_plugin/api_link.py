@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from dra_driver.files.checkpoint_store import Notice
-from kubelet_plugin.prepare.requests import LOOKUP_BUDGET_S
-
 if TYPE_CHECKING:
+    from dra_driver.files.checkpoint_store import Notice
     from dra_driver.kube.claims_api import KubeClaimApi
 
 log = structlog.get_logger(__name__)
@@ -75,6 +73,8 @@ class ApiLink:
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """``KubeClaimApi.get_claim`` once the client is loaded."""
+        from kubelet_plugin.prepare.requests import LOOKUP_BUDGET_S  # loaded with the state, before any lookup
+
         if not self._ready.wait(LOOKUP_BUDGET_S):
             raise TimeoutError("the API client is still loading")  # the caller names the claim
         if self._claims is None:

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Protocol
 import grpc
 import structlog
 
-from kubelet_plugin.prepare.requests import ClaimRef, Outcome
 from kubelet_plugin.start_gate import NotReady, Parts, StartGate
 from proto.dra.v1 import api_pb2 as v1
 from proto.dra.v1 import api_pb2_grpc as v1_grpc
@@ -37,6 +36,7 @@ from proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 
 if TYPE_CHECKING:
     from kubelet_plugin.monitoring.device_status import DeviceStatusReporter
+    from kubelet_plugin.prepare.requests import ClaimRef, Outcome
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +68,9 @@ class MetricsSlot:
 
 
 def _refs(claims: Iterable[ClaimMessage]) -> list[ClaimRef]:
+    # Imported at the first call, past the gate: start-up has loaded it by then (not before the sockets serve).
+    from kubelet_plugin.prepare.requests import ClaimRef
+
     return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
 
@@ -119,6 +122,8 @@ class _Dra:
                     log.exception("metrics_failed", operation=operation, api=self._version)
 
     def _prepare(self, parts: Parts, claims: Iterable[ClaimMessage], resp: PrepareResponse) -> None:
+        from kubelet_plugin.prepare.requests import Outcome  # past the gate: loaded by start-up
+
         refs = _refs(claims)
         try:
             outcomes = parts.state.prepare(refs)

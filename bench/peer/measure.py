@@ -1,4 +1,4 @@
-"""The measurements: start times (DRA socket, ResourceSlices), RSS from /proc, sequential prepare/unprepare latency.
+"""The measurements: start times (DRA socket, first claim, ResourceSlices), RSS from /proc, sequential prepare/unprepare latency.
 
 Also ``Figures`` (one driver's numbers over all runs) and the claims the calls use. Called by
 ``bench.peer.run.run_bench``; ``Figures`` and ``proc_status_kib`` are shared with ``bench.peer.burst``
@@ -8,6 +8,7 @@ and read by ``bench.peer.report``.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -70,31 +71,76 @@ def delete_slices(cluster: LocalCluster, driver: str, timeout: float = 30.0) -> 
 @dataclass
 class Start:
     socket_s: float
+    claim_s: float
     slices_s: float
 
 
-def measure_start(cluster: LocalCluster, d: Driver, run_dir: Path) -> Start:
-    """Spawn ``d`` and poll its DRA socket (every 5 ms) and its slices (every 25 ms)."""
+class _FirstClaim:
+    """Once the socket answers: prepare ``ref`` until it succeeds (on a thread: a held call must not delay the slice polls)."""
+
+    def __init__(self, socket: Path, ref: Ref, t0: float) -> None:
+        self.client = DraClient(socket)
+        self.ref = ref
+        self.t0 = t0
+        self.seconds: float | None = None
+        self.last_error = ""
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="first-claim", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            err = self.client.prepare(self.ref)
+            if not err:
+                self.seconds = time.perf_counter() - self.t0
+                return
+            self.last_error = err
+            time.sleep(0.005)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(START_TIMEOUT_S)
+        if self.seconds is not None and (err := self.client.unprepare(self.ref)):
+            raise RuntimeError(f"unprepare of the first claim failed: {err}")
+        self.client.close()
+
+
+def measure_start(cluster: LocalCluster, d: Driver, run_dir: Path, first: Ref) -> Start:
+    """Spawn ``d``; poll its DRA socket (every 5 ms), then prepare ``first`` until it succeeds, and poll its slices (25 ms).
+
+    The socket answers an empty NodePrepareResources (the liveness probe's call, which touches no
+    state); the first claim prepared is when the kubelet's calls are answered.
+    """
     delete_slices(cluster, d.driver)
     t0 = time.perf_counter()
     d.launch(run_dir)
     sock_s: float | None = None
     slices_s: float | None = None
+    claim: _FirstClaim | None = None
     next_slices = t0
-    while sock_s is None or slices_s is None:
-        now = time.perf_counter()
-        if now - t0 > START_TIMEOUT_S:
-            raise RuntimeError(f"{d.label} not ready after {START_TIMEOUT_S:.0f}s (socket {sock_s}, slices {slices_s})")
-        d.check_alive()
-        if sock_s is None and d.pid is not None and socket_answers(d.dra_socket):
-            sock_s = time.perf_counter() - t0
-        if slices_s is None and now >= next_slices:
-            next_slices = now + 0.025
-            if slices_complete(cluster, d.driver):
-                slices_s = time.perf_counter() - t0
-        time.sleep(0.005)
+    try:
+        while sock_s is None or slices_s is None or claim is None or claim.seconds is None:
+            now = time.perf_counter()
+            if now - t0 > START_TIMEOUT_S:
+                raise RuntimeError(
+                    f"{d.label} not ready after {START_TIMEOUT_S:.0f}s (socket {sock_s}, slices {slices_s}, "
+                    f"first claim: {claim.last_error if claim else 'not tried'})"
+                )
+            d.check_alive()
+            if sock_s is None and d.pid is not None and socket_answers(d.dra_socket):
+                sock_s = time.perf_counter() - t0
+                claim = _FirstClaim(d.dra_socket, first, t0)
+            if slices_s is None and now >= next_slices:
+                next_slices = now + 0.025
+                if slices_complete(cluster, d.driver):
+                    slices_s = time.perf_counter() - t0
+            time.sleep(0.005)
+    finally:
+        if claim is not None:
+            claim.finish()
     d.settle()
-    return Start(sock_s, slices_s)
+    assert claim.seconds is not None
+    return Start(sock_s, claim.seconds, slices_s)
 
 
 @dataclass
@@ -106,6 +152,8 @@ class Figures:
     call_errors: int = 0
     first_error: str = ""
     socket_s: list[float] = field(default_factory=list)
+    claim_s: list[float] = field(default_factory=list)
+    """Start to the first claim prepared (the DRA socket answering a call with a claim)."""
     slices_s: list[float] = field(default_factory=list)
     idle_rss_mib: list[float] = field(default_factory=list)
     idle_anon_mib: list[float] = field(default_factory=list)

@@ -65,8 +65,9 @@ def run_bench(
             for run in range(args.runs):
                 order = drivers if run % 2 == 0 else drivers[::-1]
                 for d in order:
-                    s = measure_start(cluster, d, state_root / f"run{run}" / d.label.replace(" ", "-"))
+                    s = measure_start(cluster, d, state_root / f"run{run}" / d.label.replace(" ", "-"), seq[d.label][-1])
                     figs[d.label].socket_s.append(s.socket_s)
+                    figs[d.label].claim_s.append(s.claim_s)
                     figs[d.label].slices_s.append(s.slices_s)
                 time.sleep(1.0)
                 for d in drivers:
@@ -86,7 +87,8 @@ def run_bench(
                 print(
                     f"bench: run {run + 1}/{args.runs} done "
                     + "; ".join(
-                        f"{d.label} socket {figs[d.label].socket_s[-1]:.3f}s slices {figs[d.label].slices_s[-1]:.3f}s"
+                        f"{d.label} socket {figs[d.label].socket_s[-1]:.3f}s first claim {figs[d.label].claim_s[-1]:.3f}s "
+                        f"slices {figs[d.label].slices_s[-1]:.3f}s"
                         for d in drivers
                     ),
                     file=sys.stderr,

@@ -44,6 +44,15 @@ def test_without_the_peer_only_the_start_goal_is_judged() -> None:
     ]
 
 
+def test_the_first_claim_prepared_is_shown_beside_the_socket_goal() -> None:
+    lines = floor_goals({"socket_s": [0.2], "claim_s": [0.5, 0.45, 0.61]}, {"claim_s": [0.09]})
+    assert (
+        lines[2]
+        == "  (start -> first claim prepared, the calls with claims having waited for recovery: 0.5 s; the peer's 0.09 s)"
+    )
+    assert floor_goals({"socket_s": [0.2], "claim_s": [0.4]}, None)[2].endswith("recovery: 0.4 s)")
+
+
 def test_the_private_part_of_idle_memory_is_shown_beside_the_rss_goal() -> None:
     ours = {"socket_s": [0.3], "idle_rss_mib": [50.0], "idle_anon_mib": [20.0, 22.0, 21.0]}
     lines = floor_goals(ours, {"idle_rss_mib": [45.0], "idle_anon_mib": [10.5]})
