@@ -1,13 +1,13 @@
 """What the kubelet plugin builds once its sockets serve: GPUs, MIG, the publication, the recovered state, the rest.
 
 Imported by ``kubelet_plugin.main`` only after the sockets serve (this module's imports are most of
-the plugin's start-up). ``bring_up``: find the GPUs (the API client loads meanwhile,
-``kubelet_plugin.api_link``) → recover the checkpoint → open the ``kubelet_plugin.start_gate`` (the
-kubelet's held calls proceed) → health monitor → wait for the API client → metrics
-(``dra_driver.appkit.metrics_serving``; prometheus_client is loaded only now; a metrics port it
-cannot listen on ends start-up: None) → slice publisher. ``Running.stop`` stops what it
-started, after the servers (``kubelet_plugin.servers``); ``Running.close`` makes the last checkpoint
-write durable.
+the plugin's start-up). ``build``: find the GPUs (the API client loads meanwhile,
+``kubelet_plugin.api_link``), the publication and the device state; ``bring_up``: recover the checkpoint, the health
+monitor's record → open the ``kubelet_plugin.start_gate`` (the kubelet's held calls proceed) → wait
+for the API client → metrics (``dra_driver.appkit.metrics_serving``; prometheus_client is loaded only
+now; a metrics port it cannot listen on ends start-up: None) → slice publisher.
+``Running.stop`` stops what it started, after the servers (``kubelet_plugin.servers``); the caller
+closes the state last.
 """
 
 from __future__ import annotations
@@ -52,9 +52,8 @@ log = structlog.get_logger(__name__)
 
 @dataclass(slots=True)
 class Running:
-    """What ``bring_up`` started, for the plugin's shutdown."""
+    """What ``bring_up`` started, for the plugin's shutdown (the state is the caller's to close)."""
 
-    state: DeviceState
     status: DeviceStatusReporter | None
     publisher_thread: threading.Thread | None
     metrics: _Metrics | None
@@ -68,18 +67,19 @@ class Running:
         if self.status is not None:
             self.status.stop()
 
-    def close(self) -> None:
-        """The last checkpoint write durable; any later one durable as it is made."""
-        self.state.close()
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """The node's GPUs and publication, and the device state over them (not yet recovered)."""
+
+    gpus: list[GpuInfo]
+    publication: Publication
+    pods: PodNotes
+    state: DeviceState
 
 
-def bring_up(
-    settings: Settings, link: ApiLink, gate: StartGate, *, boot_id: str, slot: MetricsSlot | None, stop: threading.Event
-) -> Running | None:
-    """Build the plugin behind its serving sockets and open ``gate``; raises what stops start-up (the state closed).
-
-    None (the state closed): the metrics port or files became unusable since the preflight (logged); exit code 2.
-    """
+def build(settings: Settings, link: ApiLink, *, boot_id: str) -> Built:
+    """Find the GPUs, make the MIG backend and the publication, and the device state over the plugin's files."""
     source = make_source(fake_gpus=settings.fake_gpus, node_name=settings.node_name)
     gpus = source.gpus()
     log.info("gpus_found", source=source.describe(), count=len(gpus), uuids=[g.uuid for g in gpus])
@@ -100,67 +100,71 @@ def bring_up(
     )
     pods = PodNotes()
     state = build_state(settings, gpus, publication, backend, link, boot_id=boot_id, pods=pods)
-    try:
-        running = _recovered(
-            settings, link, gate, state, gpus=gpus, publication=publication, pods=pods, boot_id=boot_id, slot=slot, stop=stop
-        )
-    except MetricsUnavailable:
-        state.close()
-        return None
-    except BaseException:
-        state.close()
-        raise
-    return running
+    return Built(gpus, publication, pods, state)
 
 
-def _recovered(
+def bring_up(
     settings: Settings,
     link: ApiLink,
     gate: StartGate,
-    state: DeviceState,
+    built: Built,
     *,
-    gpus: list[GpuInfo],
-    publication: Publication,
-    pods: PodNotes,
     boot_id: str,
     slot: MetricsSlot | None,
     stop: threading.Event,
-) -> Running:
+) -> Running | None:
+    """Recover the state, open ``gate``, then monitoring, metrics and the publisher; raises what stops start-up.
+
+    None: the metrics port or files became unusable since the preflight (logged); exit code 2. What
+    this started is stopped again when it raises or returns None; the caller closes the state, after
+    its servers.
+    """
+    state, publication = built.state, built.publication
     report = state.startup()
     for note in publication.notes:
         log.warning("publication_note", note=note)
     log.info(
         "devices_published", mig=settings.mig.value, devices=len(publication.devices), counter_sets=len(publication.counter_sets)
     )
-    status = status_reporter(settings, link)
-    monitor = health_monitor(settings, gpus, link, boot_id=boot_id)
-    tainted = TaintedPublication(publication, settings.driver_name, evict_fatal=settings.health_evict)
-    gate.open(Parts(state, status, _health_streams(settings, monitor, publication)))
-    log.info("calls_accepted")
+    started = Running(status_reporter(settings, link), None, None)
     try:
-        usage = _usage_sampler(settings, state, publication, pods)
-        extra = _monitoring_collectors(settings, gpus, monitor, usage)
+        monitor = health_monitor(settings, built.gpus, link, boot_id=boot_id)
+        tainted = TaintedPublication(publication, settings.driver_name, evict_fatal=settings.health_evict)
+        if stop.is_set():  # SIGTERM while recovering: nothing is served from it, the shutdown follows
+            gate.fail("the plugin is stopping")
+            return started
+        gate.open(Parts(state, started.status, _health_streams(settings, monitor, publication)))
+        log.info("calls_accepted")
+        usage = _usage_sampler(settings, state, publication, built.pods)
+        extra = _monitoring_collectors(settings, built.gpus, monitor, usage)
         api_client = link.wait()  # loaded while the GPUs and the state came up; a bad kubeconfig still fails start-up
-        metrics = _start_metrics(settings, state, report, slot, extra)
+        started.metrics = _start_metrics(settings, state, report, slot, extra)
+        _start_monitor(monitor, tainted, stop)
+        if usage is not None:
+            threading.Thread(
+                target=_usage_loop, args=(usage, state, link, built.pods, stop), name="gpu-usage", daemon=True
+            ).start()
+        if settings.gc_interval_s > 0:
+            threading.Thread(target=_gc_loop, args=(state, settings.gc_interval_s, stop), name="claim-gc", daemon=True).start()
+        if state.refusal is not None:
+            # Serve (every call answers the refusal; no crash loop) but offer no devices to schedule.
+            log.error("plugin_refusing", reason=state.refusal, publishing=False)
+        elif settings.publish_slices:
+            started.publisher_thread = _start_publisher(
+                settings,
+                api_client,
+                link,
+                tainted,
+                stop,
+                metrics=started.metrics.hooks[1] if started.metrics is not None else None,
+            )
+    except MetricsUnavailable:
+        started.stop()
+        return None
     except BaseException:
-        if status is not None:
-            status.stop()
+        started.stop()
         raise
-    _start_monitor(monitor, tainted, stop)
-    if usage is not None:
-        threading.Thread(target=_usage_loop, args=(usage, state, link, pods, stop), name="gpu-usage", daemon=True).start()
-    if settings.gc_interval_s > 0:
-        threading.Thread(target=_gc_loop, args=(state, settings.gc_interval_s, stop), name="claim-gc", daemon=True).start()
-
-    publisher_thread: threading.Thread | None = None
-    if state.refusal is not None:
-        # Serve (every call answers the refusal; no crash loop) but offer no devices to schedule.
-        log.error("plugin_refusing", reason=state.refusal, publishing=False)
-    elif settings.publish_slices:
-        publisher_thread = _start_publisher(
-            settings, api_client, link, tainted, stop, metrics=metrics.hooks[1] if metrics is not None else None
-        )
-    return Running(state, status, publisher_thread, metrics)
+    return started
 
 
 def _usage_sampler(settings: Settings, state: DeviceState, publication: Publication, pods: PodNotes) -> UsageSampler | None:

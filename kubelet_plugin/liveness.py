@@ -29,17 +29,18 @@ LIVENESS_SERVICE = "liveness"
 READINESS_SERVICE = "readiness"
 
 
-def probe_sockets(registration: Path, dra_socket: Path, timeout_s: float = 5.0) -> str | None:
-    """None when both sockets answer; otherwise what failed."""
+def probe_sockets(registration: Path | None, dra_socket: Path, timeout_s: float = 5.0) -> str | None:
+    """None when both sockets answer (the DRA socket alone while ``registration`` is None); otherwise what failed."""
     try:
-        with grpc.insecure_channel(f"unix://{registration}") as ch:
-            info = reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=timeout_s)
+        if registration is not None:
+            with grpc.insecure_channel(f"unix://{registration}") as ch:
+                info = reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=timeout_s)
+            if info.endpoint != str(dra_socket):
+                return f"registration names endpoint {info.endpoint}, expected {dra_socket}"
         with grpc.insecure_channel(f"unix://{dra_socket}") as ch:
             dra_grpc.DRAPluginStub(ch).NodePrepareResources(dra.NodePrepareResourcesRequest(), timeout=timeout_s)
     except grpc.RpcError as err:
         return f"socket probe failed: {err.code()} {err.details()}"
-    if info.endpoint != str(dra_socket):
-        return f"registration names endpoint {info.endpoint}, expected {dra_socket}"
     return None
 
 
@@ -53,17 +54,24 @@ class SocketHealthServicer(health.HealthServicer):
         registered: threading.Event | None = None,
         *,
         started: Callable[[], bool] = lambda: True,
+        registering: Callable[[], bool] = lambda: True,
     ) -> None:
+        """Probe ``registration`` and ``dra_socket``; readiness also needs ``registered``, ``started``.
+
+        ``started``: the state is recovered; ``registering``: the registration socket is served (a rolling
+        update's new pod serves it only once its state is recovered).
+        """
         super().__init__()
         self._reg = registration
         self._dra = dra_socket
         self._registered = registered or threading.Event()
         self._started = started
+        self._registering = registering
 
     def Check(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC name
         """Probe the sockets (liveness), and the kubelet's verdict (readiness); other services as registered."""
         if request.service in ("", LIVENESS_SERVICE, READINESS_SERVICE):
-            problem = probe_sockets(self._reg, self._dra)
+            problem = probe_sockets(self._reg if self._registering() else None, self._dra)
             if request.service == READINESS_SERVICE and not self._registered.is_set():
                 problem = problem or "not registered with the kubelet yet"
             if request.service == READINESS_SERVICE and not self._started():

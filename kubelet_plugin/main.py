@@ -9,11 +9,14 @@ monitoring, metrics, the slice publisher). Calls the kubelet makes meanwhile wai
 ``kubelet_plugin.start_gate`` until recovery opens it (a failed start-up refuses them and removes the
 sockets). So after a restart or a reboot the kubelet registers the plugin as soon as its sockets
 serve, a pod it syncs then has its prepare answered when recovery ends instead of failing into a
-resync, and the old registration is replaced before the kubelet wipes the node's slices. Each
-registration the kubelet accepts prompts the pods that waited for the plugin
+resync, and the old registration is replaced before the kubelet wipes the node's slices. In a
+rolling update (another pod of the driver serving its registration) the new pod registers only once
+it has recovered: the kubelet calls the newest registration, and the old pod answers meanwhile. Each
+registration the kubelet accepts prompts the pods that waited for the plugin, once recovery is done
 (``kubelet_plugin.waiting_pods``). On SIGTERM: health NOT_SERVING, registration socket removed first
 (the kubelet deregisters), in-flight calls finish (grace), DRA socket removed
-(``PluginServers.stop``), publisher and metrics server stopped (``kubelet_plugin.bringup.Running``).
+(``PluginServers.stop``), publisher and metrics server stopped (``kubelet_plugin.bringup.Running``),
+the state closed last.
 
 Only what the sockets need is imported at the top: this module is the plugin's start to its sockets.
 """
@@ -21,6 +24,7 @@ Only what the sockets need is imported at the top: this module is the plugin's s
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -34,6 +38,9 @@ from kubelet_plugin.servicer import MetricsSlot
 from kubelet_plugin.settings import FLAGS, Settings, parse
 from kubelet_plugin.start_gate import StartGate
 from kubelet_plugin.waiting_pods import RetryPrompter
+
+if TYPE_CHECKING:
+    from kubelet_plugin.prepare.state import DeviceState
 
 log = structlog.get_logger(__name__)
 
@@ -61,11 +68,16 @@ def _preflight(settings: Settings) -> str | None:
     return boot_id
 
 
-def _retry_prompter(settings: Settings, link: ApiLink, stop: threading.Event) -> RetryPrompter | None:
-    """What prompts the kubelet to retry the pods that waited for this plugin (None when off); a registration wakes it."""
+def _retry_prompter(settings: Settings, link: ApiLink, gate: StartGate, stop: threading.Event) -> RetryPrompter | None:
+    """What prompts the kubelet to retry the pods that waited for this plugin (None when off).
+
+    A registration wakes it; it prompts once the state is recovered (``gate``), when their prepare can be answered.
+    """
     if not settings.retry_waiting_pods:
         return None
-    prompter = RetryPrompter.over_link(link.wait, link.get_claim, driver=settings.driver_name, node=settings.node_name)
+    prompter = RetryPrompter.over_link(
+        link.wait, link.get_claim, driver=settings.driver_name, node=settings.node_name, ready=lambda: gate.is_open
+    )
     prompter.start(stop)
     return prompter
 
@@ -79,7 +91,7 @@ def run(settings: Settings, stop: threading.Event) -> int:
     gate = StartGate()
     link = ApiLink(kubeconfig=settings.kubeconfig, node_name=settings.node_name, component=COMPONENT)
     slot = MetricsSlot() if settings.metrics_port >= 0 else None
-    prompter = _retry_prompter(settings, link, stop)
+    prompter = _retry_prompter(settings, link, gate, stop)
     servers = start_servers(
         settings,
         gate,
@@ -88,18 +100,21 @@ def run(settings: Settings, stop: threading.Event) -> int:
         on_registered=prompter.registered if prompter is not None else None,
     )
     link.start()  # on its thread while the rest loads
+    state: DeviceState | None = None
     try:
-        from kubelet_plugin.bringup import bring_up
+        try:
+            from kubelet_plugin.bringup import bring_up, build
 
-        running = bring_up(settings, link, gate, boot_id=boot_id, slot=slot, stop=stop)
-    except BaseException as err:  # held calls are refused with the reason, the sockets removed; logged by run_daemon
-        gate.fail(f"{type(err).__name__}: {err}")
-        servers.stop()
-        raise
-    if running is None:  # the metrics port or files, gone since the preflight (logged where found)
-        servers.stop()
-        return 2
-    try:
+            built = build(settings, link, boot_id=boot_id)
+            state = built.state
+            running = bring_up(settings, link, gate, built, boot_id=boot_id, slot=slot, stop=stop)
+        except BaseException as err:  # held calls are refused with the reason, the sockets removed; logged by run_daemon
+            gate.fail(f"{type(err).__name__}: {err}")
+            servers.stop()
+            raise
+        if running is None:  # the metrics port or files, gone since the preflight (logged where found)
+            servers.stop()
+            return 2
         log.info("plugin_started")
         stop.wait()
         log.info("plugin_stopping")
@@ -107,7 +122,8 @@ def run(settings: Settings, stop: threading.Event) -> int:
         running.stop()
         return 0
     finally:
-        running.close()
+        if state is not None:
+            state.close()  # after the servers: the last checkpoint write durable, any later one as it is made
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ import structlog
 
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.servicer import MetricsSlot, add_dra_services
-from kubelet_plugin.sockets import SocketPaths, secure_socket, unix_server
+from kubelet_plugin.sockets import SocketPaths, live_registrations, secure_socket, unix_server
 from kubelet_plugin.start_gate import StartGate
 from proto.pluginregistration import api_pb2_grpc as reg_grpc
 
@@ -37,23 +37,37 @@ SHUTDOWN_GRACE_S = 10.0
 
 @dataclass(slots=True)
 class PluginServers:
-    """The plugin's servers, as ``start_servers`` left them."""
+    """The plugin's servers, as ``start_servers`` left them (``registration`` None until ``register``)."""
 
     paths: SocketPaths
     dra: grpc.Server
-    registration: grpc.Server
-    health_servicer: SocketHealthServicer
-    health: grpc.Server | None
+    registration_servicer: RegistrationServicer
     gate: StartGate
+    registration: grpc.Server | None = None
+    health_servicer: SocketHealthServicer | None = None
+    health: grpc.Server | None = None
+
+    def register(self) -> None:
+        """Serve the registration socket: the kubelet's plugin watcher registers the plugin when it sees it."""
+        if self.registration is not None:
+            return
+        server = unix_server(self.paths.registration, max_workers=2)
+        reg_grpc.add_RegistrationServicer_to_server(self.registration_servicer, server)
+        server.start()
+        secure_socket(self.paths.registration)
+        self.registration = server
+        log.info("registration_listening", registration=str(self.paths.registration))
 
     def stop(self) -> None:
         """Health NOT_SERVING, registration socket gone first, in-flight calls finished, DRA socket gone, health last.
 
         Calls still held at the gate (start-up failed or was stopped) are refused first.
         """
-        self.health_servicer.enter_graceful_shutdown()
+        if self.health_servicer is not None:
+            self.health_servicer.enter_graceful_shutdown()
         self.paths.registration.unlink(missing_ok=True)  # the kubelet's watcher deregisters us
-        self.registration.stop(grace=1.0).wait()
+        if self.registration is not None:
+            self.registration.stop(grace=1.0).wait()
         self.gate.fail("the plugin is stopping")
         parts = self.gate.parts
         if parts is not None and parts.streams is not None:
@@ -76,7 +90,9 @@ def start_servers(
 
     The DRA calls wait at ``gate``; ``health_streams``: serve the kubelet's health streams (their
     ``HealthStreams`` handed over through the gate). ``on_registered`` is called on each registration
-    the kubelet accepts (``kubelet_plugin.waiting_pods``).
+    the kubelet accepts (``kubelet_plugin.waiting_pods``). If another plugin pod of the driver is
+    serving its registration (a rolling update), this one registers only when the gate opens: the
+    kubelet calls the newest registration, and the old pod answers at once while this one recovers.
     """
     paths = SocketPaths.for_plugin(
         driver=settings.driver_name,
@@ -101,10 +117,14 @@ def start_servers(
         extra_services=extra_services,
         on_registered=on_registered,
     )
-    reg_server = unix_server(paths.registration, max_workers=2)
-    reg_grpc.add_RegistrationServicer_to_server(registration, reg_server)
-    reg_server.start()
-    secure_socket(paths.registration)
+    others = live_registrations(settings.registrar_dir, settings.driver_name, paths.registration)
+    servers = PluginServers(paths, dra_server, registration, gate)
+    if others:
+        paths.registration.unlink(missing_ok=True)  # ours from an earlier run of this pod, if any
+        gate.when_open(servers.register)
+        log.info("registration_deferred", serving=[str(o) for o in others], until="the state is recovered")
+    else:
+        servers.register()
     log.info("sockets_listening", registration=str(paths.registration), dra=str(paths.dra))
 
     # Loaded once the sockets serve: grpc_health (and its protobuf descriptors) is not on the kubelet's path.
@@ -112,15 +132,21 @@ def start_servers(
 
     from kubelet_plugin.liveness import SocketHealthServicer
 
-    health_servicer = SocketHealthServicer(paths.registration, paths.dra, registration.registered, started=lambda: gate.is_open)
-    health_server: grpc.Server | None = None
+    servers.health_servicer = SocketHealthServicer(
+        paths.registration,
+        paths.dra,
+        registration.registered,
+        started=lambda: gate.is_open,
+        registering=lambda: servers.registration is not None,
+    )
     if settings.healthcheck_port >= 0:
         health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        health_pb2_grpc.add_HealthServicer_to_server(servers.health_servicer, health_server)
         port = health_server.add_insecure_port(f"{settings.healthcheck_address}:{settings.healthcheck_port}")
         health_server.start()
+        servers.health = health_server
         log.info("health_listening", port=port)
-    return PluginServers(paths, dra_server, reg_server, health_servicer, health_server, gate)
+    return servers
 
 
 def _streams(gate: StartGate) -> HealthStreams:

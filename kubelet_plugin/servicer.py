@@ -13,8 +13,9 @@ writes wait for the calls to quiet down.
 
 Metrics (``CallMetrics``, ``dra_driver.obs.metrics.PluginMetrics``): each call's duration, the
 calls in flight, and each claim's result; the servicers are made with a ``MetricsSlot`` that
-``kubelet_plugin.main`` fills once prometheus_client is loaded, after the sockets serve. Without
-one (or while it is empty) a call pays one attribute read.
+``kubelet_plugin.bringup`` fills once prometheus_client is loaded, after the gate opens: calls
+held at the gate, and the empty ones answered before, are not counted. Without one (or while it
+is empty) a call pays one attribute read.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,3 +59,23 @@ def secure_socket(path: Path) -> None:
     """Make a bound socket owner-only (after start, when it surely exists)."""
     if path.exists():
         path.chmod(0o600)
+
+
+def live_registrations(registrar_dir: Path, driver: str, own: Path) -> list[Path]:
+    """Other plugins' registration sockets of ``driver`` that accept a connection now (a rolling update's old pod).
+
+    Dead ones (left by a killed plugin or a reboot) refuse and are not listed; a name hashed to fit
+    (``_fit``) does not start with the driver's name and is not seen.
+    """
+    live: list[Path] = []
+    for path in sorted(registrar_dir.glob(f"{driver}-*-reg.sock")) if registrar_dir.is_dir() else []:
+        if path == own:
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(0.2)
+            try:
+                probe.connect(str(path))
+            except OSError:
+                continue
+        live.append(path)
+    return live

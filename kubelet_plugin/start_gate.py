@@ -4,17 +4,23 @@ The plugin serves its sockets before it loads the modules of its state (``kubele
 so that the kubelet registers it within a fraction of a second of its start: after a reboot or a
 restart a pod the kubelet syncs then gets its prepare answered instead of failing and waiting for a
 resync. Until ``open`` (the checkpoint recovered, ``kubelet_plugin.bringup``) a call that needs the
-state waits in ``wait``, at most ``HOLD_S`` (below the kubelet's 45 s call deadline); then, or after
-``fail`` (start-up stopped), it gets ``NotReady`` and answers each claim with that error: nothing is
-prepared or unprepared from a state not yet recovered (fail closed), and the kubelet retries.
+state waits in ``wait``, at most ``HOLD_S``; then, or after ``fail`` (start-up stopped), it gets
+``NotReady`` and answers each claim with that error: nothing is prepared or unprepared from a state
+not yet recovered (fail closed), and the kubelet retries (the waiting-pods prompt, which waits for
+the gate, brings such pods back once it opens). At most ``max_held`` calls wait at once; more are
+refused at once, so that held calls never take every worker thread of the DRA socket and the
+liveness probe's empty call, which never waits, always finds one.
 
 Called by ``kubelet_plugin.servicer`` (prepare, unprepare), ``kubelet_plugin.monitoring.health_services``
-(the health streams) and ``kubelet_plugin.liveness`` (readiness); opened by ``kubelet_plugin.main``.
+(the health streams), ``kubelet_plugin.liveness`` (readiness) and the waiting-pods prompter (through
+``kubelet_plugin.main``); opened by ``kubelet_plugin.bringup``, failed by ``kubelet_plugin.main`` and
+``kubelet_plugin.servers`` (SIGTERM).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,8 +29,12 @@ if TYPE_CHECKING:
     from kubelet_plugin.monitoring.health_stream import HealthStreams
     from kubelet_plugin.prepare.state import DeviceState
 
-HOLD_S = 30.0
-"""Seconds a call waits for start-up (the kubelet's deadline per call is 45 s)."""
+HOLD_S = 8.0
+"""Seconds a call waits for start-up: with the lock wait (10 s) and the claim lookups' budget (25 s,
+``kubelet_plugin.prepare.requests.LOOKUP_BUDGET_S``) it stays below the kubelet's 45 s deadline per
+call, so every claim still gets an answer of its own."""
+MAX_HELD = 6
+"""Calls waiting at once: the DRA socket's 8 worker threads less two (``kubelet_plugin.sockets``)."""
 
 
 class NotReady(Exception):
@@ -43,10 +53,17 @@ class Parts:
 class StartGate:
     """Closed until start-up opens it with the plugin's ``Parts`` or fails it with a reason; never closes again."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_held: int = MAX_HELD) -> None:
         self._done = threading.Event()
         self._parts: Parts | None = None
         self._failure = ""
+        self._held = threading.BoundedSemaphore(max_held)
+        self._max_held = max_held
+        self._on_open: list[Callable[[], None]] = []
+
+    def when_open(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the opening thread) once the gate opens; never if it fails."""
+        self._on_open.append(callback)
 
     @classmethod
     def opened(cls, state: DeviceState, status: DeviceStatusReporter | None = None) -> StartGate:
@@ -61,6 +78,8 @@ class StartGate:
             raise RuntimeError("the start gate was already opened or failed")
         self._parts = parts
         self._done.set()
+        for callback in self._on_open:
+            callback()
 
     def fail(self, reason: str) -> None:
         """Start-up stopped: held and later calls get ``NotReady(reason)`` (a no-op once opened)."""
@@ -80,9 +99,18 @@ class StartGate:
         return self._parts
 
     def wait(self, timeout_s: float = HOLD_S) -> Parts:
-        """The parts, once start-up has handed them over; ``NotReady`` after ``timeout_s`` or a failed start-up."""
-        if not self._done.wait(timeout_s):
-            raise NotReady(f"the plugin is still recovering its state after {timeout_s:g}s; retry")
+        """The parts, once start-up has handed them over.
+
+        ``NotReady`` after ``timeout_s``, after a failed start-up, or at once if ``max_held`` calls already wait.
+        """
+        if not self._done.is_set():
+            if not self._held.acquire(blocking=False):
+                raise NotReady(f"the plugin is still recovering its state and {self._max_held} calls already wait for it; retry")
+            try:
+                if not self._done.wait(timeout_s):
+                    raise NotReady(f"the plugin is still recovering its state after {timeout_s:g}s; retry")
+            finally:
+                self._held.release()
         if self._parts is None:
             raise NotReady(f"the plugin failed to start: {self._failure}")
         return self._parts

@@ -150,22 +150,37 @@ def _utc_now() -> str:
 class RetryPrompter:
     """A thread that prompts the waiting pods after each registration (``registered`` wakes it)."""
 
-    def __init__(self, api: Callable[[], PodApi], *, driver: str, node: str) -> None:
-        """``api`` is called on the thread, once (it may wait for the API client to load)."""
+    def __init__(self, api: Callable[[], PodApi], *, driver: str, node: str, ready: Callable[[], bool] = lambda: True) -> None:
+        """``api`` is called on the thread, once (it may wait for the API client to load).
+
+        A prompt waits until ``ready()`` (the plugin has recovered its state, ``kubelet_plugin.start_gate``):
+        the kubelet registers the plugin before that, and the prepare calls a prompt causes would wait.
+        """
         self._api_factory = api
         self._driver = driver
         self._node = node
+        self._ready = ready
         self._wake = threading.Event()
         self.rounds = 0
 
     @classmethod
     def over_link(
-        cls, client: Callable[[], Any], get_claim: Callable[[str, str], dict[str, Any]], *, driver: str, node: str
+        cls,
+        client: Callable[[], Any],
+        get_claim: Callable[[str, str], dict[str, Any]],
+        *,
+        driver: str,
+        node: str,
+        ready: Callable[[], bool] = lambda: True,
     ) -> RetryPrompter:
         """The plugin's prompter: ``client`` (``ApiLink.wait``) is called on the prompter's thread, once."""
-        from dra_driver.kube.pods_api import KubePodApi  # loaded on the prompter's thread, off the start-up path
 
-        return cls(lambda: KubePodApi(client(), get_claim), driver=driver, node=node)
+        def api() -> PodApi:
+            from dra_driver.kube.pods_api import KubePodApi  # loaded on the prompter's thread, off the start-up path
+
+            return KubePodApi(client(), get_claim)
+
+        return cls(api, driver=driver, node=node, ready=ready)
 
     def registered(self) -> None:
         """The kubelet accepted the registration: prompt the waiting pods (on the thread)."""
@@ -181,6 +196,9 @@ class RetryPrompter:
         api: PodApi | None = None
         while not stop.is_set():
             if not self._wake.wait(0.5):
+                continue
+            if not self._ready():  # still recovering: prompt once it has (the wake stays set)
+                stop.wait(0.05)
                 continue
             self._wake.clear()
             try:

@@ -21,6 +21,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dra_driver.mig_backends.sim import load_instances
 from dra_driver.sources.fake import FakeGpuSource
+from proto.dra.v1 import api_pb2 as v1
+from proto.dra.v1 import api_pb2_grpc as v1_grpc
+from proto.pluginregistration import api_pb2 as reg
+from proto.pluginregistration import api_pb2_grpc as reg_grpc
+from testkit.claimdata import DRIVER
 from testkit.claims import create_allocated_claim
 from testkit.cluster import LocalCluster
 from testkit.plugin_process import ROOT, PluginProcess
@@ -51,17 +56,28 @@ def _wait_for_registration_socket(p: PluginProcess, timeout: float = 30.0) -> An
             time.sleep(0.02)
 
 
-def _readiness(p: PluginProcess) -> int:
-    port = next(e["port"] for e in p.logs() if e["event"] == "health_listening")
+def _get_info(registration: Path) -> Any:
+    with grpc.insecure_channel(f"unix://{registration}") as ch:
+        return reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=10)
+
+
+def _readiness(p: PluginProcess, service: str = "readiness") -> int:
+    deadline = time.monotonic() + 30
+    while not (ports := [e["port"] for e in p.logs() if e.get("event") == "health_listening"]):
+        assert time.monotonic() < deadline, "no health_listening"
+        time.sleep(0.02)
+    port = ports[-1]
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        return int(health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="readiness"), timeout=10).status)
+        return int(health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status)
 
 
 def _events(p: PluginProcess) -> list[str]:
-    return [e.get("event", "") for e in p.logs()]
+    return [e.get("event", "") for e in p.logs()] if p.log.exists() else []
 
 
-def test_registration_answers_during_recovery_and_a_prepare_sent_then_waits_for_it(tmp_path: Path, apiserver: LocalCluster) -> None:
+def test_registration_answers_during_recovery_and_a_prepare_sent_then_waits_for_it(
+    tmp_path: Path, apiserver: LocalCluster
+) -> None:
     p = PluginProcess(tmp_path, kubeconfig=apiserver.kubeconfig, extra_args=SLOW_MIG)
     p.plugin_dir.mkdir(parents=True, exist_ok=True)
     _leave_instances(p)
@@ -74,6 +90,7 @@ def test_registration_answers_during_recovery_and_a_prepare_sent_then_waits_for_
         assert "calls_accepted" not in _events(p), "registration must answer before recovery ends"
         p.notify(True)  # the kubelet accepts it; readiness still waits for recovery
         assert health_pb2.HealthCheckResponse.NOT_SERVING == _readiness(p)
+        assert "calls_accepted" not in _events(p)
 
         resp = p.prepare([ref])  # held at the start gate
 
@@ -108,3 +125,48 @@ def test_a_start_up_that_fails_behind_serving_sockets_removes_them_and_exits_non
     assert events.index("sockets_listening") < events.index("plugin_failed")
     assert "calls_accepted" not in events
     assert not p.reg_socket.exists() and not p.dra_socket.exists()
+
+
+def test_a_rolling_updates_new_pod_registers_only_once_recovered_while_the_old_pod_answers(
+    tmp_path: Path, apiserver: LocalCluster
+) -> None:
+    """The kubelet calls the newest registration: a new pod registered while recovering would hold calls the old one answers."""
+    shared: dict[str, Any] = {
+        "registrar_dir": tmp_path / "registry",
+        "plugins_dir": tmp_path / "plugins",
+        "cdi_root": tmp_path / "cdi",
+    }
+    old = PluginProcess(
+        tmp_path / "old", kubeconfig=apiserver.kubeconfig, extra_args=(*SLOW_MIG, "--pod-uid", "old-pod"), **shared
+    )
+    new = PluginProcess(
+        tmp_path / "new", kubeconfig=apiserver.kubeconfig, extra_args=(*SLOW_MIG, "--pod-uid", "new-pod"), **shared
+    )
+    new_reg = new.registrar / f"{DRIVER}-new-pod-reg.sock"
+    old.start(timeout=60)
+    try:
+        _leave_instances(new)  # behind both: only the new pod's start-up sweep meets them
+        starter = threading.Thread(target=new.start, kwargs={"timeout": 120}, daemon=True)
+        starter.start()
+        deadline = time.monotonic() + 60
+        while "registration_deferred" not in _events(new):
+            assert time.monotonic() < deadline, "the new pod never logged registration_deferred"
+            time.sleep(0.02)
+        assert not new_reg.exists()
+        ref = create_allocated_claim(apiserver, name=f"rolling-{uuid.uuid4().hex[:8]}", devices=["gpu-2"])
+        with grpc.insecure_channel(f"unix://{old.plugin_dir / 'dra-old-pod.sock'}") as ch:
+            req = v1.NodePrepareResourcesRequest(claims=[v1.Claim(namespace=ref[0], uid=ref[1], name=ref[2])])
+            answered = v1_grpc.DRAPluginStub(ch).NodePrepareResources(req, timeout=10)
+        assert "" == answered.claims[ref[1]].error  # the old pod answers while the new one recovers
+        assert "calls_accepted" not in _events(new) and not new_reg.exists()
+        serving = health_pb2.HealthCheckResponse.SERVING
+        assert serving == _readiness(new, "liveness")  # alive without its registration socket: it is not served yet
+        starter.join(120)
+        events = _events(new)
+        destroyed = [i for i, e in enumerate(events) if e == "mig_leftover_destroyed"]
+        assert len(destroyed) >= len(LEFTOVER_GPUS)
+        assert destroyed[-1] < events.index("registration_listening") and "calls_accepted" in events
+        assert str(new.plugin_dir / "dra-new-pod.sock") == _get_info(new_reg).endpoint
+    finally:
+        new.stop()
+        old.stop()

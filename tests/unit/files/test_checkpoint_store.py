@@ -1,4 +1,4 @@
-"""Reading the node's boot id (dra_driver.files.checkpoint_store.read_boot_id)."""
+"""Reading the node's boot id (dra_driver.files.boot_id.read_boot_id)."""
 
 from __future__ import annotations
 

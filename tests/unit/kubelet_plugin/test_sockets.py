@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubelet_plugin.sockets import MAX_UNIX_PATH, SocketPaths
+from kubelet_plugin.sockets import MAX_UNIX_PATH, SocketPaths, live_registrations
+
+DRIVER = "gpu.dra-gpu.dev"
 
 
 def test_default_socket_paths_follow_the_kubelet_convention() -> None:
@@ -33,3 +35,26 @@ def test_overlong_paths_fall_back_to_a_hash_that_fits() -> None:
     assert len(str(a.registration)) <= MAX_UNIX_PATH and len(str(a.dra)) <= MAX_UNIX_PATH
     assert a.registration.name.endswith("-reg.sock")
     assert a.registration != b.registration
+
+
+def test_only_other_pods_registration_sockets_that_accept_a_connection_count_as_live(tmp_path: Path) -> None:
+    """A rolling update's old pod listens; a socket a killed plugin left behind (a reboot) refuses and does not count."""
+    import socket
+
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    own = registry / f"{DRIVER}-new-reg.sock"
+    listening: list[socket.socket] = []
+    for path in (registry / f"{DRIVER}-old-reg.sock", own, registry / "other.dev-x-reg.sock"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(str(path))
+        s.listen(1)
+        listening.append(s)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(registry / f"{DRIVER}-killed-reg.sock"))  # the file stays once closed; nothing listens
+    try:
+        assert [registry / f"{DRIVER}-old-reg.sock"] == live_registrations(registry, DRIVER, own)
+        assert [] == live_registrations(tmp_path / "missing", DRIVER, own)
+    finally:
+        for s in listening:
+            s.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -96,3 +97,33 @@ def test_a_gate_failed_first_is_never_opened_after(tmp_path: Path, device_state:
         gate.open(Parts(device_state(tmp_path, Claims())))
     with pytest.raises(NotReady, match="failed to start: SIGTERM during start-up"):
         gate.wait(0)
+
+
+def test_calls_beyond_the_held_limit_are_refused_at_once_so_workers_stay_free(
+    tmp_path: Path, device_state: DeviceStateFactory
+) -> None:
+    gate = StartGate(max_held=2)
+    held = [threading.Thread(target=lambda: gate.wait(10), daemon=True) for _ in range(2)]
+    for t in held:
+        t.start()
+    time.sleep(0.2)
+    start = time.monotonic()
+    with pytest.raises(NotReady, match="2 calls already wait for it; retry"):
+        gate.wait(10)
+    assert time.monotonic() - start < 1.0
+    gate.open(Parts(device_state(tmp_path, Claims())))
+    for t in held:
+        t.join(5)
+        assert not t.is_alive()
+    assert gate.wait(0) is gate.parts  # open: no limit
+
+
+def test_listeners_run_when_the_gate_opens_and_never_when_it_fails(tmp_path: Path, device_state: DeviceStateFactory) -> None:
+    opened, failed = StartGate(), StartGate()
+    heard: list[str] = []
+    opened.when_open(lambda: heard.append("opened"))
+    failed.when_open(lambda: heard.append("failed"))
+    assert [] == heard
+    opened.open(Parts(device_state(tmp_path, Claims())))
+    failed.fail("boom")
+    assert ["opened"] == heard

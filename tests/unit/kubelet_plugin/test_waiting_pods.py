@@ -187,3 +187,25 @@ def test_over_link_waits_for_the_client_on_the_prompters_thread_and_reads_claims
     finally:
         stop.set()
         thread.join(2)
+
+
+def test_a_registration_before_recovery_prompts_only_once_the_state_is_recovered() -> None:
+    """The kubelet registers the plugin while it still recovers: the prompt waits, so no prepare it causes is held or refused."""
+    api = FakeApi([pod("ours")], {"c": claim()})
+    recovered = threading.Event()
+    prompter = RetryPrompter(lambda: api, driver=DRIVER, node=NODE, ready=recovered.is_set)
+    stop = threading.Event()
+    thread = prompter.start(stop)
+    try:
+        prompter.registered()
+        time.sleep(0.4)
+        assert ([], 0) == (api.patched, prompter.rounds)
+        recovered.set()
+        deadline = time.monotonic() + 5
+        while prompter.rounds < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ["ours"] == [name for _, name, _, _ in api.patched]
+    finally:
+        stop.set()
+        thread.join(2)
+    assert not thread.is_alive()
