@@ -30,27 +30,25 @@ SERVICE_NAMES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 """What registration advertises besides the DRA services (the kubelet of 1.37 prefers v1)."""
 
 
-def _watch(streams: Callable[[], HealthStreams], pb: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-    try:
-        served = streams()
-    except Exception as err:  # noqa: BLE001 - start-up's failure or timeout, told to the kubelet, which reconnects
-        log.warning("health_stream_refused_starting", error=str(err))
-        context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-    return served.watch(context, lambda entries: served.response(pb, entries))
+class _Health(h1_grpc.DRAResourceHealthServicer, h1a1_grpc.DRAResourceHealthServicer):
+    """One version's ``DRAResourceHealth`` (``pb``: its messages; both versions' services have the same shape)."""
+
+    def __init__(self, streams: Callable[[], HealthStreams], pb: Any) -> None:
+        self._streams = streams
+        self._pb = pb
+
+    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802 - gRPC name
+        """The stream, once start-up hands the health streams over; UNAVAILABLE with the reason if it does not."""
+        del request
+        try:
+            served = self._streams()
+        except Exception as err:  # noqa: BLE001 - start-up's failure or timeout, told to the kubelet, which reconnects
+            log.warning("health_stream_refused_starting", error=str(err))
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+        return served.watch(context, lambda entries: served.response(self._pb, entries))
 
 
 def add_health_services(server: grpc.Server, streams: Callable[[], HealthStreams]) -> None:
     """Register both versions' ``NodeWatchResources`` on ``server``; each stream is served by ``streams()``."""
-
-    class V1(h1_grpc.DRAResourceHealthServicer):
-        def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802 - gRPC name
-            del request
-            return _watch(streams, h1, context)
-
-    class V1alpha1(h1a1_grpc.DRAResourceHealthServicer):
-        def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802 - gRPC name
-            del request
-            return _watch(streams, h1a1, context)
-
-    h1_grpc.add_DRAResourceHealthServicer_to_server(V1(), server)
-    h1a1_grpc.add_DRAResourceHealthServicer_to_server(V1alpha1(), server)
+    h1_grpc.add_DRAResourceHealthServicer_to_server(_Health(streams, h1), server)
+    h1a1_grpc.add_DRAResourceHealthServicer_to_server(_Health(streams, h1a1), server)

@@ -58,10 +58,12 @@ def test_a_failed_start_up_refuses_every_held_claim_naming_why(operation: str) -
     gate = StartGate()
     wanted = [v1.Claim(namespace="default", uid=f"uid-{i}", name=f"claim-{i}") for i in range(3)]
     servicer = DraV1Servicer(gate)
-    if operation == "prepare":
-        call: Any = lambda: servicer.NodePrepareResources(v1.NodePrepareResourcesRequest(claims=wanted), NO_CONTEXT)  # noqa: E731
-    else:
-        call = lambda: servicer.NodeUnprepareResources(v1.NodeUnprepareResourcesRequest(claims=wanted), NO_CONTEXT)  # noqa: E731
+
+    def call() -> Any:
+        if operation == "prepare":
+            return servicer.NodePrepareResources(v1.NodePrepareResourcesRequest(claims=wanted), NO_CONTEXT)
+        return servicer.NodeUnprepareResources(v1.NodeUnprepareResourcesRequest(claims=wanted), NO_CONTEXT)
+
     t, out = _in_thread(call)
     t.join(0.2)
     assert t.is_alive()
